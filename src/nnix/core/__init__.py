@@ -1,0 +1,1 @@
+"""The experiment core: events, the state fold, the manager loop."""

@@ -1,0 +1,123 @@
+"""One registry for pluggable algorithms, by entry points.
+
+Groups: ``nnix.tuners`` and ``nnix.assessors``. Names are case-insensitive; an alias is simply a
+second entry point pointing at the same class. Nothing here imports an algorithm until it is used.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import sys
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from nnix.errors import FieldIssue, TunerError
+
+Kind = Literal["tuner", "assessor"]
+GROUPS: dict[str, str] = {"tuner": "nnix.tuners", "assessor": "nnix.assessors"}
+
+
+@dataclass(frozen=True)
+class AlgorithmRef:
+    """Where an algorithm comes from: a registered name, or ``module.Class`` in a code directory."""
+
+    name: str | None = None
+    class_name: str | None = None
+    code_directory: Path | None = None
+
+
+def available(kind: Kind) -> dict[str, str]:
+    """Registered names (lower-case) of ``kind`` mapped to ``module:Class``."""
+    return {ep.name.lower(): ep.value for ep in entry_points(group=GROUPS[kind])}
+
+
+def _import_value(value: str) -> type[Any]:
+    module_name, _, attr = value.partition(":")
+    module = importlib.import_module(module_name)
+    obj: type[Any] = getattr(module, attr)
+    return obj
+
+
+def resolve(kind: Kind, ref: AlgorithmRef) -> type[Any]:
+    """Import the class ``ref`` names. Raises :class:`TunerError` with a hint when it cannot."""
+    if ref.name is not None:
+        table = available(kind)
+        value = table.get(ref.name.lower())
+        if value is None:
+            close = difflib.get_close_matches(ref.name.lower(), list(table), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known {kind}s: {', '.join(sorted(table))}"
+            raise TunerError(f"unknown {kind} {ref.name!r}", hint)
+        try:
+            return _import_value(value)
+        except ImportError as e:
+            raise TunerError(
+                f"{kind} {ref.name!r} cannot be imported: {e}",
+                "install the extra it needs, e.g. pip install 'nnix[smac]'",
+            ) from e
+    if ref.class_name is None:
+        raise TunerError(f"{kind}: neither name nor className is set", "set `name` (built-in) or `className`")
+    module_name, _, attr = ref.class_name.rpartition(".")
+    if not module_name:
+        raise TunerError(f"className {ref.class_name!r} must be 'module.Class'", "e.g. my_tuner.MyTuner")
+    if ref.code_directory is not None and str(ref.code_directory) not in sys.path:
+        sys.path.insert(0, str(ref.code_directory))
+    try:
+        module = importlib.import_module(module_name)
+        cls: type[Any] = getattr(module, attr)
+    except (ImportError, AttributeError) as e:
+        raise TunerError(
+            f"cannot import {ref.class_name!r}: {e}", f"check codeDirectory ({ref.code_directory}) and className"
+        ) from e
+    return cls
+
+
+def validate_args(cls: type[Any], class_args: dict[str, Any], path: str) -> list[FieldIssue]:
+    """Check ``class_args`` against the class: its ``Args`` model if it has one, else its constructor."""
+    args_model = getattr(cls, "Args", None)
+    if isinstance(args_model, type) and issubclass(args_model, BaseModel):
+        try:
+            args_model.model_validate(class_args)
+        except ValidationError as e:
+            issues = []
+            known = list(args_model.model_fields)
+            for err in e.errors():
+                loc = ".".join(str(p) for p in err["loc"])
+                hint = None
+                if err["type"] == "extra_forbidden":
+                    close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+                    hint = f"did you mean {close[0]!r}?" if close else f"accepted: {', '.join(known) or 'none'}"
+                    issues.append(FieldIssue(f"{path}.{loc}", "unknown argument", hint))
+                else:
+                    issues.append(FieldIssue(f"{path}.{loc}", err["msg"], hint))
+            return issues
+        return []
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return []
+    params = sig.parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return []
+    issues = []
+    for key in class_args:
+        if key not in params:
+            close = difflib.get_close_matches(key, list(params), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"accepted: {', '.join(params) or 'none'}"
+            issues.append(FieldIssue(f"{path}.{key}", "unknown argument", hint))
+    return issues
+
+
+def algorithm_issues(kind: Kind, ref: AlgorithmRef, class_args: dict[str, Any], path: str) -> list[FieldIssue]:
+    """Every problem with one ``tuner``/``assessor`` section, as field issues under ``path``."""
+    try:
+        cls = resolve(kind, ref)
+    except TunerError as e:
+        field = "name" if ref.name is not None else "className"
+        return [FieldIssue(f"{path}.{field}", e.message, e.hint)]
+    return validate_args(cls, class_args, f"{path}.classArgs")

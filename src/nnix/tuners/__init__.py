@@ -1,0 +1,1 @@
+"""Tuners: pure algorithms that propose parameter sets. One module per algorithm."""

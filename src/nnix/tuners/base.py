@@ -1,0 +1,85 @@
+"""The tuner protocol.
+
+Invariants every tuner keeps (checked by ``nnix.testing.tuners.TunerContract``):
+
+* **Pure.** No I/O, no globals, no wall clock. Randomness only from :func:`rng_for`.
+* **Rebuildable.** Everything a tuner knows comes from ``ctx.history``; a fresh instance given
+  the same context proposes the same parameters. Resume therefore needs no checkpoint.
+* **In bounds.** Every proposal is a valid point of ``ctx.space``.
+* ``suggest`` may return fewer proposals than asked; it raises :class:`NoMoreTrialsError` only
+  when it can return none at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from nnix.core.status import TrialStatus
+
+if TYPE_CHECKING:
+    from nnix.space import SearchSpace
+
+Params = dict[str, Any]
+
+
+class Direction(str, Enum):
+    MAXIMIZE = "maximize"
+    MINIMIZE = "minimize"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What a tuner may know about one trial."""
+
+    parameter_id: int
+    params: Params
+    status: TrialStatus
+    value: float | None = None  # scalar final result (``default`` of a dict), None if none yet
+    intermediate: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class TunerContext:
+    """Everything a tuner may read. ``history`` holds every trial created so far, oldest first."""
+
+    space: SearchSpace
+    direction: Direction
+    seed: int
+    history: Sequence[TrialRecord] = field(default_factory=tuple)
+
+
+def rng_for(seed: int, parameter_id: int, stream: int = 0) -> np.random.Generator:
+    """The random generator for one proposal: a pure function of (seed, parameter id, stream)."""
+    return np.random.default_rng([seed & 0xFFFFFFFF, parameter_id, stream])
+
+
+class TunerArgs(BaseModel):
+    """Base of every tuner's ``classArgs`` model: unknown args are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@runtime_checkable
+class Tuner(Protocol):
+    """A tuner proposes parameters. It is built as ``cls(args)`` where ``args`` is its ``Args`` model."""
+
+    Args: ClassVar[type[TunerArgs]]
+
+    def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
+        """Propose up to ``len(parameter_ids)`` parameter sets, one per id, in order."""
+        ...
+
+
+def scalar_value(value: Any) -> float | None:
+    """NNI's metric extraction: a number, or a dict's numeric ``default``; None otherwise."""
+    if isinstance(value, Mapping):
+        value = value.get("default")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
