@@ -6,7 +6,9 @@ milliseconds, so nothing heavy is imported here. ``nnix.Experiment`` is resolved
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["Experiment", "__version__"]

@@ -12,7 +12,7 @@ Invariants every tuner keeps (checked by ``nnix.testing.tuners.TunerContract``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from nnix.core.metrics import scalar_value
 from nnix.core.status import TrialStatus
+
+__all__ = ["Direction", "Params", "TrialRecord", "Tuner", "TunerArgs", "TunerContext", "rng_for", "scalar_value"]
 
 if TYPE_CHECKING:
     from nnix.space import SearchSpace
@@ -75,11 +78,3 @@ class Tuner(Protocol):
         """Propose up to ``len(parameter_ids)`` parameter sets, one per id, in order."""
         ...
 
-
-def scalar_value(value: Any) -> float | None:
-    """NNI's metric extraction: a number, or a dict's numeric ``default``; None otherwise."""
-    if isinstance(value, Mapping):
-        value = value.get("default")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)

@@ -1,0 +1,280 @@
+"""Runs trial commands in an environment: the part of the agent that touches processes.
+
+A trial runs as ``bash -c`` in its own session (its own process group), so that
+
+* killing it kills the whole tree: SIGTERM to the group, SIGKILL after a grace period;
+* it survives the death of the process that started it: stdout/stderr go to files, metrics go to
+  the file channel, and a tiny wrapper writes the exit status to ``<channel>/exitcode``, so a
+  resumed manager can re-attach to a running trial or learn how a finished one ended.
+
+The runner reports what happens through ``emit``: :class:`Started`, :class:`Metrics`,
+:class:`Exited`. ``Exited`` always comes after the trial's last metrics have been emitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nnix.agent.channel import CHANNEL_ENV, MetricReader, write_parameter
+from nnix.errors import ServiceError
+
+# The wrapper runs the user's command in a subshell (so `exit` in it cannot skip the bookkeeping)
+# and records the exit status where a resumed manager can find it.
+WRAPPER = '(eval "$NNIX_TRIAL_COMMAND"); c=$?; printf "%s\\n" "$c" > "$NNIX_TRIAL_CHANNEL/exitcode"; exit $c'
+CHANNEL_DIRNAME = ".nnix"
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything needed to run one trial in an environment."""
+
+    trial_id: str
+    command: str
+    code_dir: Path
+    output_dir: Path
+    record: dict[str, Any]  # NNI's parameter record: parameter_id, parameter_source, parameters, ...
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Started:
+    trial_id: str
+    pid: int
+    pid_start: str | None
+    output_dir: str
+    gpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    trial_id: str
+    items: list[tuple[int, dict[str, Any]]]  # (line index in the channel, message)
+
+
+@dataclass(frozen=True)
+class Exited:
+    trial_id: str
+    exit_code: int | None  # None: unknown (killed, or vanished while nobody watched)
+    signal: int | None = None
+    stderr_tail: str = ""
+
+
+RunnerEvent = Started | Metrics | Exited
+
+
+def process_start_token(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat): detects pid reuse."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2 :].split()
+    return rest[19] if len(rest) > 19 else None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_exit_code(channel: Path) -> int | None:
+    try:
+        text = (channel / "exitcode").read_text()
+    except OSError:
+        return None
+    if not text.endswith("\n"):
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def stderr_tail(output_dir: Path, max_chars: int = 300) -> str:
+    path = output_dir / "trial.stderr"
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 4096))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][-max_chars:] if lines else ""
+
+
+@dataclass
+class _Running:
+    spec_id: str
+    pid: int
+    output_dir: Path
+    reader: MetricReader
+    proc: asyncio.subprocess.Process | None  # None when re-attached (not our child)
+    task: asyncio.Task[None] | None = None
+    killing: bool = False
+
+
+class TrialRunner:
+    def __init__(
+        self,
+        emit: Callable[[RunnerEvent], None],
+        *,
+        poll_interval: float = 0.25,
+        kill_grace: float = 5.0,
+        shell: str = "/bin/bash",
+    ) -> None:
+        self._emit = emit
+        self._poll = poll_interval
+        self._grace = kill_grace
+        self._shell = shell
+        self._running: dict[str, _Running] = {}
+
+    @property
+    def running(self) -> list[str]:
+        return list(self._running)
+
+    async def start(self, spec: TrialSpec) -> Started:
+        channel = spec.output_dir / CHANNEL_DIRNAME
+        channel.mkdir(parents=True, exist_ok=True)
+        write_parameter(channel, spec.record)
+        env = dict(os.environ)
+        env.update(spec.env)
+        env[CHANNEL_ENV] = str(channel)
+        env["NNIX_TRIAL_COMMAND"] = spec.command
+        try:
+            with (
+                open(spec.output_dir / "trial.stdout", "ab") as out,
+                open(spec.output_dir / "trial.stderr", "ab") as err,
+            ):
+                proc = await asyncio.create_subprocess_exec(
+                    self._shell,
+                    "-c",
+                    WRAPPER,
+                    cwd=str(spec.code_dir),
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+        except OSError as e:
+            raise ServiceError(f"cannot start trial {spec.trial_id}: {e}", f"check {spec.code_dir}") from e
+        run = _Running(spec.trial_id, proc.pid, spec.output_dir, MetricReader(channel / "metrics.jsonl"), proc)
+        self._running[spec.trial_id] = run
+        started = Started(spec.trial_id, proc.pid, process_start_token(proc.pid), str(spec.output_dir))
+        run.task = asyncio.create_task(self._watch(run))
+        return started
+
+    async def attach(
+        self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int
+    ) -> None:
+        """Watch a trial started by an earlier manager. Emits its missed metrics and, if it
+        already ended, its exit. ``after_index``: metrics up to this channel line were recorded."""
+        channel = output_dir / CHANNEL_DIRNAME
+        reader = MetricReader(channel / "metrics.jsonl")
+        run = _Running(trial_id, pid or -1, output_dir, reader, None)
+        self._running[trial_id] = run
+        self._drain(run, skip_upto=after_index)
+        alive = pid is not None and pid_start is not None and process_start_token(pid) == pid_start
+        run.task = asyncio.create_task(self._watch_foreign(run, alive))
+
+    async def kill(self, trial_id: str) -> None:
+        """SIGTERM the trial's process group, SIGKILL it after the grace period. Idempotent."""
+        run = self._running.get(trial_id)
+        if run is None or run.killing:
+            return
+        run.killing = True
+        pgid = run.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = asyncio.get_running_loop().time() + self._grace
+        while _group_alive(pgid) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+    async def close(self, kill: bool) -> None:
+        if kill:
+            await asyncio.gather(*(self.kill(t) for t in list(self._running)))
+        tasks = [r.task for r in self._running.values() if r.task is not None]
+        if kill:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        else:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._running.clear()
+
+    # --- internals ---------------------------------------------------------------------------
+    def _drain(self, run: _Running, skip_upto: int = -1) -> None:
+        items = [(i, m) for i, m in run.reader.read_new() if i > skip_upto]
+        if items:
+            self._emit(Metrics(run.spec_id, items))
+
+    async def _watch(self, run: _Running) -> None:
+        assert run.proc is not None
+        wait = asyncio.ensure_future(run.proc.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait({wait}, timeout=self._poll)
+                self._drain(run)
+                if done:
+                    break
+            code = wait.result()
+        finally:
+            if not wait.done():
+                wait.cancel()
+        self._running.pop(run.spec_id, None)
+        if code < 0:
+            self._emit(Exited(run.spec_id, None, -code, stderr_tail(run.output_dir)))
+        else:
+            self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else ""))
+
+    async def _watch_foreign(self, run: _Running, alive: bool) -> None:
+        if alive:
+            await self._wait_foreign(run.pid, run)
+        self._drain(run)
+        self._running.pop(run.spec_id, None)
+        code = read_exit_code(run.output_dir / CHANNEL_DIRNAME)
+        self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else ""))
+
+    async def _wait_foreign(self, pid: int, run: _Running) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            fd = -1
+        if fd >= 0:
+            gone: asyncio.Future[None] = loop.create_future()
+
+            def _readable() -> None:
+                if not gone.done():
+                    gone.set_result(None)
+
+            loop.add_reader(fd, _readable)
+            try:
+                while True:
+                    done, _ = await asyncio.wait({gone}, timeout=self._poll)
+                    self._drain(run)
+                    if done:
+                        return
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+        while _group_alive(pid) or os.path.exists(f"/proc/{pid}"):
+            self._drain(run)
+            await asyncio.sleep(self._poll)

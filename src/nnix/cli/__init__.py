@@ -1,0 +1,1 @@
+"""The `nnix` command line (also installed as `nnictl`)."""

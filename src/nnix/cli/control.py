@@ -1,0 +1,117 @@
+"""Talking to experiments from the CLI: REST calls to a running manager, stop. Kept light."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from nnix.core.events import StatusChanged
+from nnix.core.status import ExperimentStatus
+from nnix.errors import ManagerUnreachableError, NnixError
+from nnix.home import STORE_NAME, Registry, pid_alive, read_state
+from nnix.store.sqlite import SqliteStore
+
+
+def rest_call(
+    port: int, path: str, method: str = "GET", body: Any = None, host: str = "127.0.0.1", timeout: float = 20.0
+) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"http://{host}:{port}/api/v1/nni{path}", data=data, method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace")
+        try:
+            detail = json.loads(detail).get("error", detail)
+        except (ValueError, AttributeError):
+            pass
+        raise NnixError(f"the manager refused {method} {path}: {detail}") from e
+    except (urllib.error.URLError, OSError) as e:
+        raise ManagerUnreachableError(
+            f"the experiment manager on port {port} does not answer ({e})",
+            "is the experiment running? `nnix experiment list`",
+        ) from e
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")
+
+
+def rest_get(port: int, path: str, host: str = "127.0.0.1", timeout: float = 20.0) -> Any:
+    return rest_call(port, path, host=host, timeout=timeout)
+
+
+def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
+    """Stop an experiment's manager (SIGTERM, as NNI). A manager that died is recorded STOPPED."""
+    entry = Registry().get(exp_id)
+    exp_dir = Path(entry.dir)
+    state = read_state(exp_dir)
+    pid = state.manager_pid
+    if (pid_alive(pid) and state.status.is_active) or (pid_alive(pid) and state.status is ExperimentStatus.DONE):
+        assert pid is not None
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if pid_alive(pid):
+            raise NnixError(f"experiment {entry.id} did not stop within {timeout:.0f} s", f"kill -9 {pid}")
+        return f"experiment {entry.id} stopped"
+    if state.status.is_active:
+        store = SqliteStore(exp_dir / STORE_NAME, create=False)
+        try:
+            store.append([StatusChanged(ExperimentStatus.STOPPED, "the manager was no longer running")])
+        finally:
+            store.close()
+        return f"experiment {entry.id} was not running (its manager had died); marked STOPPED"
+    return f"experiment {entry.id} is not running ({state.status.value})"
+
+
+def running_port(exp_id: str) -> int:
+    """The REST port of a running experiment's manager, or a clear error."""
+    state = read_state(Path(Registry().get(exp_id).dir))
+    if not pid_alive(state.manager_pid) or state.manager_port is None:
+        raise ManagerUnreachableError(
+            f"experiment {exp_id} is not running", f"resume it first: nnix resume {exp_id}"
+        )
+    return state.manager_port
+
+
+def validate_import(data: Any) -> list[dict[str, Any]]:
+    if not isinstance(data, list):
+        raise NnixError("import data must be a JSON list", 'e.g. [{"parameter": {"x": 1}, "value": 0.5}]')
+    out = []
+    for i, rec in enumerate(data):
+        if not isinstance(rec, dict) or not isinstance(rec.get("parameter"), dict) or "value" not in rec:
+            raise NnixError(f"record [{i}] must be an object with 'parameter' (object) and 'value'", f"got {rec!r}"[:200])
+        out.append({"parameter": rec["parameter"], "value": rec["value"]})
+    return out
+
+
+def import_records(exp_id: str, data: Any) -> int:
+    """Feed prior results to an experiment: through its manager if it runs, else into its store."""
+    from nnix.core.events import DataImported
+
+    records = validate_import(data)
+    entry = Registry().get(exp_id)
+    state = read_state(Path(entry.dir))
+    if pid_alive(state.manager_pid) and state.manager_port and state.manager_action != "view":
+        rest_call(state.manager_port, "/experiment/import-data", "POST", records)
+    else:
+        store = SqliteStore(Path(entry.dir) / STORE_NAME, create=False)
+        try:
+            store.append([DataImported(records)])
+        finally:
+            store.close()
+    return len(records)

@@ -1,0 +1,23 @@
+"""Entry point of a detached manager: ``python -m nnix.cli.daemon ID ACTION PORT [HOST]``."""
+
+from __future__ import annotations
+
+import sys
+
+from nnix.cli.run import run_manager
+from nnix.errors import NnixError
+
+
+def main(argv: list[str]) -> int:
+    exp_id, action, port = argv[0], argv[1], int(argv[2])
+    host = argv[3] if len(argv) > 3 else "127.0.0.1"
+    try:
+        run_manager(exp_id, action, port=port, live=False, exit_when_done=False, host=host)
+    except NnixError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,650 @@
+"""The experiment configuration: ONE native schema (pydantic v2) and its loader.
+
+Field names are snake_case; the JSON/REST form (:meth:`ExperimentConfig.to_json`) uses NNI's camelCase
+keys. NNI's YAML dialects (v2 camelCase or snake_case keys, legacy v1) are translated to this schema at
+the edge by :mod:`nnix.compat.nni_config`; nothing else in nnix knows about them.
+
+:func:`load_config` / :func:`parse_config` report every problem of a file at once as a
+:class:`~nnix.errors.ConfigError`, each issue with the path the user wrote (``trainingService.gpuIndices``,
+``trial.command`` for a v1 file) and a hint.
+
+Built directly in Python, the models validate the same rules; relative paths then resolve against the
+current directory (as in NNI's Python API) instead of the config file's directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, Union
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from nnix.errors import ConfigError, FieldIssue
+from nnix.registry import AlgorithmRef, Kind, algorithm_issues
+
+if TYPE_CHECKING:
+    from nnix.compat.nni_config import Loc, Translation
+
+__all__ = [
+    "AlgorithmConfig",
+    "ExperimentConfig",
+    "LoadedConfig",
+    "LocalConfig",
+    "TrainingServiceConfig",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+    "parse_gpu_indices",
+    "training_service_platforms",
+]
+
+# Validation-context keys. ``base_dir``: what relative paths resolve against. ``_LOADER``: the loader
+# runs the cross-field and search-space checks itself (to report them with exact paths, all at once).
+_BASE_DIR = "base_dir"
+_LOADER = "nnix_loader"
+
+DURATION_HINT = "use a number plus one of d, h, m, s, e.g. 2h"
+GPU_INDICES_HINT = 'a GPU index, a list of them, or a comma-separated string, e.g. [0, 1] or "0,1"'
+
+
+class Problem(NamedTuple):
+    """A cross-field problem found on a validated model; ``loc`` is relative to that model (snake_case).
+
+    ``message`` and ``hint`` may name fields as ``{path}`` (the field at ``loc``) or ``{field_name}``
+    (a top-level field); :meth:`render` spells them as the user did.
+    """
+
+    loc: tuple[str | int, ...]
+    message: str
+    hint: str | None = None
+
+    def render(self, loc: tuple[str | int, ...], path_of: Callable[[tuple[str | int, ...]], str]) -> FieldIssue:
+        """The issue at ``loc`` (this problem's full location), with field names spelled by ``path_of``."""
+        names = _FieldNames(path_of, loc)
+        hint = self.hint.format_map(names) if self.hint else None
+        return FieldIssue(path_of(loc), self.message.format_map(names), hint)
+
+
+class _FieldNames(dict[str, str]):
+    def __init__(self, path_of: Callable[[tuple[str | int, ...]], str], loc: tuple[str | int, ...]) -> None:
+        super().__init__()
+        self.path_of = path_of
+        self.loc = loc
+
+    def __missing__(self, key: str) -> str:
+        return self.path_of(self.loc if key == "path" else (key,))
+
+
+# --------------------------------------------------------------------------------------------------
+# Value parsers (also usable on their own)
+
+
+class BadValue(ValueError):
+    """A value that cannot be parsed, with a hint for fixing it."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([dhms]?)\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds in an NNI duration: ``number + unit`` (d/h/m/s, any case, float allowed), rounded up.
+
+    A bare number is seconds. Raises :class:`ValueError` on anything else.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"invalid duration {value!r}")
+        amount, unit = Decimal(repr(value)), ""
+    elif isinstance(value, str):
+        match = _DURATION_RE.match(value)
+        if match is None:
+            raise ValueError(f"invalid duration {value!r}")
+        try:
+            amount = Decimal(match.group(1))
+        except InvalidOperation as e:  # pragma: no cover - the regex admits only decimals
+            raise ValueError(f"invalid duration {value!r}") from e
+        unit = match.group(2).lower()
+    else:
+        raise ValueError(f"invalid duration {value!r}")
+    return math.ceil(amount * _UNIT_SECONDS[unit])
+
+
+def parse_gpu_indices(value: Any) -> list[int]:
+    """NNI's GPU index forms (``1``, ``[0, 1]``, ``"0,1"``) as a list; negatives and duplicates rejected."""
+    items: list[Any]
+    if isinstance(value, bool):
+        raise ValueError(f"expected GPU indices, got {value!r}")
+    if isinstance(value, int):
+        items = [value]
+    elif isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")]
+        items = []
+        for part in parts:
+            if not re.fullmatch(r"-?\d+", part):
+                raise ValueError(f"{part!r} in {value!r} is not a GPU index")
+            items.append(int(part))
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ValueError(f"expected GPU indices, got {value!r}")
+    seen: set[int] = set()
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise ValueError(f"{item!r} is not a GPU index")
+        if item < 0:
+            raise BadValue(f"GPU index {item} is negative", "GPU indices start at 0")
+        if item in seen:
+            raise BadValue(f"GPU index {item} is listed twice", "list each GPU once")
+        seen.add(item)
+    return items
+
+
+def _duration(value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as e:
+        raise PydanticCustomError("duration", str(e), {"hint": DURATION_HINT}) from None
+
+
+def _gpu_indices(value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return parse_gpu_indices(value)
+    except ValueError as e:
+        hint = e.hint if isinstance(e, BadValue) else GPU_INDICES_HINT
+        raise PydanticCustomError("gpu_indices", str(e), {"hint": hint}) from None
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _base_dir(info: ValidationInfo) -> Path:
+    ctx = info.context
+    if isinstance(ctx, dict) and ctx.get(_BASE_DIR) is not None:
+        return Path(ctx[_BASE_DIR])
+    return Path.cwd()
+
+
+def _from_loader(info: ValidationInfo) -> bool:
+    ctx = info.context
+    return isinstance(ctx, dict) and bool(ctx.get(_LOADER))
+
+
+def resolve_path(value: str | Path, base_dir: Path) -> Path:
+    """``~`` expanded, relative to ``base_dir``, absolute and normalised (symlinks resolved)."""
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    return Path(os.path.realpath(path))
+
+
+def _resolve(value: Path, info: ValidationInfo) -> Path:
+    return resolve_path(value, _base_dir(info))
+
+
+def _existing_dir(value: Path) -> Path:
+    if not value.exists():
+        raise PydanticCustomError("path_missing", "directory {path} does not exist", {"path": str(value)})
+    if not value.is_dir():
+        raise PydanticCustomError("path_not_dir", "{path} is not a directory", {"path": str(value)})
+    return value
+
+
+def _non_empty(value: str) -> str:
+    if not value.strip():
+        raise PydanticCustomError("empty", "must not be empty", {"hint": "e.g. python3 train.py"})
+    return value
+
+
+def _default_home() -> Path:
+    env = os.environ.get("NNIX_HOME")
+    if env:
+        return Path(os.path.realpath(Path(env).expanduser()))
+    return Path.home() / "nni-experiments"
+
+
+AbsPath = Annotated[Path, AfterValidator(_resolve)]
+ExistingDir = Annotated[Path, AfterValidator(_resolve), AfterValidator(_existing_dir)]
+Duration = Annotated[int, BeforeValidator(_duration), Field(strict=True, gt=0)]
+GpuIndices = Annotated[list[int], BeforeValidator(_gpu_indices)]
+PositiveInt = Annotated[int, Field(strict=True, gt=0)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+StrictBool = Annotated[bool, Field(strict=True)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        loc_by_alias=False,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Algorithms
+
+
+class AlgorithmConfig(_Model):
+    """A tuner or an assessor: built-in (``name``) or custom (``class_name`` = ``module.Class``).
+
+    Built-in ⇔ ``name`` is set and neither ``class_name`` nor ``code_directory`` is. Custom ⇔
+    ``class_name`` is set. Deviation from NNI: a custom algorithm's ``code_directory`` is optional and
+    defaults to the config file's directory (the current directory when built in Python); NNI
+    requires it for v2 configs.
+    """
+
+    name: str | None = None
+    class_name: str | None = None
+    code_directory: ExistingDir | None = None
+    class_args: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("class_args", mode="before")
+    @classmethod
+    def _null_args(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @model_validator(mode="after")
+    def _built_in_or_custom(self, info: ValidationInfo) -> AlgorithmConfig:
+        if self.name is not None and self.class_name is not None:
+            raise PydanticCustomError(
+                "algorithm_kind",
+                "set either name (a built-in algorithm) or className (a custom class), not both",
+                {"hint": "remove one of them"},
+            )
+        if self.name is None and self.class_name is None:
+            raise PydanticCustomError(
+                "algorithm_kind",
+                "no algorithm: set name (a built-in algorithm) or className (a custom class)",
+                {"hint": "e.g. name: TPE"},
+            )
+        if self.name is not None and self.code_directory is not None:
+            raise PydanticCustomError(
+                "algorithm_kind",
+                "codeDirectory is only for a custom algorithm (className)",
+                {"hint": "remove codeDirectory, or use className instead of name"},
+            )
+        if self.class_name is not None and self.code_directory is None:
+            self.code_directory = _base_dir(info)
+        return self
+
+    def ref(self) -> AlgorithmRef:
+        """What :mod:`nnix.registry` needs to find the class."""
+        return AlgorithmRef(name=self.name, class_name=self.class_name, code_directory=self.code_directory)
+
+
+# --------------------------------------------------------------------------------------------------
+# Training services. Add a platform by writing its model (with a ``platform: Literal[...]`` field and
+# a ``cross_check`` method) and adding it to the ``TrainingServiceConfig`` union.
+
+
+class LocalConfig(_Model):
+    """``platform: local``: trials run as processes on this machine."""
+
+    platform: Literal["local"]
+    use_active_gpu: StrictBool | None = None
+    max_trial_number_per_gpu: PositiveInt = 1
+    gpu_indices: GpuIndices | None = None
+    reuse_mode: StrictBool = False
+
+    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
+        """Rules that need the experiment's ``trial_gpu_number``."""
+        problems = []
+        if trial_gpu_number is not None and trial_gpu_number > 0 and self.use_active_gpu is None:
+            problems.append(
+                Problem(
+                    ("use_active_gpu",),
+                    "must be set explicitly when {trial_gpu_number} > 0",
+                    "set {path}: false (or true to share GPUs with other processes)",
+                )
+            )
+        if trial_gpu_number is None and self.max_trial_number_per_gpu != 1:
+            problems.append(
+                Problem(
+                    ("max_trial_number_per_gpu",),
+                    "must stay 1 unless {trial_gpu_number} is set",
+                    "set {trial_gpu_number}, or remove {path}",
+                )
+            )
+        return problems
+
+
+TrainingServiceConfig = Annotated[Union[LocalConfig], Field(discriminator="platform")]  # noqa: UP007
+
+
+def training_service_platforms() -> dict[str, type[BaseModel]]:
+    """Supported ``platform`` values mapped to their config model."""
+    info = ExperimentConfig.model_fields["training_service"]
+    annotation = info.annotation
+    members = getattr(annotation, "__args__", None) or (annotation,)
+    table: dict[str, type[BaseModel]] = {}
+    for member in members:
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            for tag in getattr(member.model_fields["platform"].annotation, "__args__", ()):
+                table[str(tag)] = member
+    return table
+
+
+# --------------------------------------------------------------------------------------------------
+# The experiment
+
+
+class ExperimentConfig(_Model):
+    """One HPO experiment. Durations are seconds; paths are absolute."""
+
+    experiment_name: str | None = None
+    search_space: dict[str, Any]
+    search_space_file: AbsPath | None = None
+    trial_command: Annotated[str, AfterValidator(_non_empty)]
+    trial_code_directory: ExistingDir = Field(default=Path("."), validate_default=True)
+    trial_concurrency: PositiveInt
+    trial_gpu_number: NonNegativeInt | None = None
+    max_experiment_duration: Duration | None = None
+    max_trial_number: PositiveInt | None = None
+    max_trial_duration: Duration | None = None
+    experiment_working_directory: AbsPath = Field(default_factory=_default_home, validate_default=True)
+    log_level: Annotated[Literal["trace", "debug", "info", "warning", "error", "fatal"], BeforeValidator(_lower)] = (
+        "info"
+    )
+    debug: StrictBool = False
+    tuner: AlgorithmConfig
+    assessor: AlgorithmConfig | None = None
+    training_service: TrainingServiceConfig
+    tuner_gpu_indices: GpuIndices | None = None
+    nni_manager_ip: str | None = None
+    # nnix extensions
+    trial_params_as_args: StrictBool = False
+    """Also append the parameters to the trial command as ``--name=value``."""
+    nan_policy: Literal["error", "allow"] = "error"
+    """What a NaN metric does: fail the trial (``error``) or be recorded as is (``allow``)."""
+
+    @model_validator(mode="after")
+    def _checks(self, info: ValidationInfo) -> ExperimentConfig:
+        if self.debug and "log_level" not in self.model_fields_set:
+            self.log_level = "debug"
+        if _from_loader(info):
+            return self
+        problems = self.training_service.cross_check(self.trial_gpu_number)
+        lines = [p.render(("training_service", *p.loc), _camel_path).render() for p in problems]
+        from nnix.space import validate as validate_space
+
+        lines += [issue.render() for issue in validate_space(self.search_space, "searchSpace")]
+        if lines:
+            raise PydanticCustomError("experiment", "; ".join(lines))
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """NNI-style camelCase JSON (for display and REST); unset optional fields are left out."""
+        data: dict[str, Any] = self.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return data
+
+
+def _camel_path(loc: tuple[str | int, ...]) -> str:
+    return ".".join(to_camel(p) if isinstance(p, str) else str(p) for p in loc)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+@dataclass
+class LoadedConfig:
+    """A validated config, the warnings met on the way, and which NNI format the file was in."""
+
+    config: ExperimentConfig
+    warnings: list[str] = field(default_factory=list)
+    format: Literal["v1", "v2"] = "v2"
+
+
+def load_config(path: Path | str) -> LoadedConfig:
+    """Read and validate a YAML (or JSON) config file. Raises :class:`ConfigError` with every problem."""
+    file = Path(path).expanduser()
+    source = str(file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([FieldIssue("", f"config file {source} does not exist")], source=source) from None
+    except IsADirectoryError:
+        raise ConfigError(
+            [FieldIssue("", f"{source} is a directory", "give the path of the YAML file, e.g. config.yml")],
+            source=source,
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError([FieldIssue("", f"cannot read {source}: {e}")], source=source) from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError([_yaml_issue(e)], source=source) from e
+    if data is None:
+        raise ConfigError([FieldIssue("", "the file is empty")], source=source)
+    return parse_config(data, Path(os.path.realpath(file.parent)), source=source)
+
+
+def _yaml_issue(error: yaml.YAMLError, what: str = "YAML syntax error", path: str = "") -> FieldIssue:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    context = getattr(error, "context", None)
+    detail = f"{problem} ({context})" if context else str(problem)
+    return FieldIssue(path, f"{what}{where}: {detail}", "check indentation, and that each ':' is followed by a space")
+
+
+_MISSING_HINTS: dict[str, str] = {
+    "trial_command": "the shell command that runs one trial, e.g. trialCommand: python3 train.py",
+    "trial_concurrency": "how many trials may run at once, e.g. trialConcurrency: 2",
+    "tuner": "e.g. tuner: {name: TPE, classArgs: {optimize_mode: maximize}}",
+    "training_service": "e.g. trainingService: {platform: local}",
+}
+
+
+def parse_config(data: Any, base_dir: Path, source: str | None = None) -> LoadedConfig:
+    """Validate an already-parsed config (v1 or v2, any key spelling); relative paths resolve against ``base_dir``.
+
+    Raises :class:`ConfigError` listing every problem found.
+    """
+    from nnix.compat.nni_config import translate
+
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [FieldIssue("", f"a config is a mapping of keys to values, not a {type(data).__name__}")],
+            source=source,
+        )
+    base_dir = Path(os.path.realpath(Path(base_dir).expanduser()))
+    tr = translate(data)
+    native = tr.data
+    issues = list(tr.issues)
+    context = {_BASE_DIR: base_dir, _LOADER: True}
+    skip: set[tuple[str | int, ...]] = set(tr.suggested)  # 'missing' errors already explained
+
+    issues += _load_search_space(native, tr, base_dir)
+    skip.add(("search_space",))
+
+    model: ExperimentConfig | None = None
+    try:
+        model = ExperimentConfig.model_validate(native, context=context)
+    except ValidationError as e:
+        for err in e.errors():
+            loc = _strip_tags(tuple(err["loc"]))
+            if loc[:1] in (("search_space",), ("search_space_file",)):
+                continue  # checked above (and by nnix.space), with better messages
+            if err["type"] == "missing" and loc in skip:
+                continue
+            issues.append(_issue_from_error(err, loc, tr))
+
+    issues += _algorithm_issues(native, tr, context)
+    issues += _cross_issues(native, tr, context)
+    if issues:
+        raise ConfigError(issues, source=source)
+    assert model is not None
+    return LoadedConfig(model, list(tr.warnings), tr.format)
+
+
+def _load_search_space(native: dict[str, Any], tr: Translation, base_dir: Path) -> list[FieldIssue]:
+    """Fill ``search_space`` from ``search_space_file``; return every search-space problem."""
+    from nnix.space import validate as validate_space
+
+    has_inline = "search_space" in native
+    has_file = "search_space_file" in native
+    file_path = tr.path(("search_space_file",))
+    if has_inline and has_file:
+        return [
+            FieldIssue(
+                file_path,
+                f"give the search space either inline ({tr.path(('search_space',))}) or as a file, not both",
+                f"remove {tr.path(('search_space',))} or {file_path}",
+            )
+        ]
+    if has_inline:
+        return validate_space(native["search_space"], tr.path(("search_space",)))
+    if not has_file:
+        inline_path = tr.path(("search_space",))
+        if inline_path == file_path:  # v1: only a file is possible
+            hint = f"set {file_path} to a JSON or YAML file"
+        else:
+            hint = f"set {inline_path} (inline) or {file_path} (a JSON or YAML file)"
+        return [FieldIssue(inline_path, "no search space", hint)]
+    raw = native["search_space_file"]
+    if not isinstance(raw, (str, Path)):
+        return [FieldIssue(file_path, f"must be a file path, got {raw!r}")]
+    path = resolve_path(raw, base_dir)
+    native["search_space_file"] = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [FieldIssue(file_path, f"file {path} does not exist", "paths are relative to the config file")]
+    except IsADirectoryError:
+        return [FieldIssue(file_path, f"{path} is a directory, not a JSON or YAML file")]
+    except (OSError, UnicodeDecodeError) as e:
+        return [FieldIssue(file_path, f"cannot read {path}: {e}")]
+    try:
+        space: Any = json.loads(text)
+    except ValueError:
+        try:
+            space = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            return [_yaml_issue(e, f"{path} is neither JSON nor YAML; YAML error", file_path)]
+    native["search_space"] = space
+    return validate_space(space, f"{file_path}({raw})")
+
+
+def _strip_tags(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Drop the union tag pydantic inserts after a discriminated field (``training_service.local.x``)."""
+    if len(loc) > 1 and loc[0] == "training_service" and loc[1] in training_service_platforms():
+        return (loc[0], *loc[2:])
+    return loc
+
+
+def _issue_from_error(err: Any, loc: Loc, tr: Translation) -> FieldIssue:
+    from nnix.compat.nni_config import NNI_PLATFORMS
+
+    kind: str = err["type"]
+    ctx: dict[str, Any] = err.get("ctx") or {}
+    hint: str | None = ctx.get("hint")
+    supported = ", ".join(sorted(training_service_platforms()))
+    if kind in ("union_tag_invalid", "union_tag_not_found") and loc == ("training_service",):
+        path = tr.path(("training_service", "platform"))
+        if kind == "union_tag_not_found":
+            return FieldIssue(path, "missing required field", f"supported platforms: {supported}")
+        tag = str(ctx.get("tag"))
+        if tag in NNI_PLATFORMS:
+            what = f"platform {tag!r} is not supported by this nnix version yet"
+        else:
+            what = f"unknown platform {tag!r}"
+        close = difflib.get_close_matches(tag.lower(), list(training_service_platforms()), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return FieldIssue(path, what, f"{hint}supported platforms: {supported}")
+    path = tr.path(loc)
+    if kind == "missing":
+        return FieldIssue(path, "missing required field", _MISSING_HINTS.get(str(loc[-1])) if loc else None)
+    if kind == "extra_forbidden":
+        return FieldIssue(path, "unknown key")
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        hint = hint or (_MISSING_HINTS.get(str(loc[-1])) if len(loc) == 1 else None)
+        return FieldIssue(path, f"must be a mapping of keys to values, got {_short(err.get('input'))}", hint)
+    message: str = err["msg"]
+    if kind in ("int_type", "bool_type", "string_type", "list_type", "literal_error") or (
+        kind.startswith(("greater_than", "less_than")) or kind.endswith("_parsing")
+    ):
+        message = f"{message[0].lower()}{message[1:]}, got {_short(err.get('input'))}"
+    return FieldIssue(path, message, hint)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_ALGORITHM_FIELDS = {"name": "name", "className": "class_name", "classArgs": "class_args"}
+
+
+def _algorithm_issues(native: dict[str, Any], tr: Translation, context: dict[str, Any]) -> list[FieldIssue]:
+    """Registry checks (name, classArgs) of each algorithm section that is otherwise well-formed."""
+    issues = []
+    sections: tuple[Kind, ...] = ("tuner", "assessor")
+    for section in sections:
+        raw = native.get(section)
+        if raw is None:
+            continue
+        try:
+            algo = AlgorithmConfig.model_validate(raw, context=context)
+        except ValidationError:
+            continue  # already reported
+        for issue in algorithm_issues(section, algo.ref(), algo.class_args, section):
+            head, _, rest = issue.path.partition(".")
+            field_name, _, tail = rest.partition(".")
+            if head == section and field_name in _ALGORITHM_FIELDS:
+                loc: Loc = (section, _ALGORITHM_FIELDS[field_name], *([p for p in tail.split(".")] if tail else []))
+                issues.append(FieldIssue(tr.path(loc), issue.message, issue.hint))
+            else:
+                issues.append(issue)
+    return issues
+
+
+_SERVICE_ADAPTER: TypeAdapter[Any] = TypeAdapter(TrainingServiceConfig)
+
+
+def _cross_issues(native: dict[str, Any], tr: Translation, context: dict[str, Any]) -> list[FieldIssue]:
+    """Rules spanning the experiment and its training service, checked when both parts are well-formed."""
+    gpus = native.get("trial_gpu_number")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+        return []
+    try:
+        service = _SERVICE_ADAPTER.validate_python(native.get("training_service"), context=context)
+    except ValidationError:
+        return []
+    return [p.render(("training_service", *p.loc), tr.path) for p in service.cross_check(gpus)]

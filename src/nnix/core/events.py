@@ -1,0 +1,172 @@
+"""Events: every fact of an experiment, appended to the store before anything acts on it.
+
+Events are frozen dataclasses. On disk each is one row ``(seq, ts, kind, trial_id, body)`` where
+``body`` is the JSON of the event's fields. ``kind`` is the class name. Adding a field with a
+default keeps old logs readable; never rename or remove one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class. ``trial_id`` is indexed in the store; empty for experiment-level events."""
+
+    KINDS: ClassVar[dict[str, type[Event]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Event.KINDS[cls.__name__] = cls
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    @property
+    def trial_ref(self) -> str | None:
+        value = getattr(self, "trial_id", None)
+        return value if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class ExperimentCreated(Event):
+    """The first event of every log. ``config`` is the native config as JSON (snake_case)."""
+
+    experiment_id: str
+    config: dict[str, Any]
+    seed: int
+
+
+@dataclass(frozen=True)
+class ManagerStarted(Event):
+    """A manager process took charge (create, resume or view)."""
+
+    pid: int
+    action: str  # "create" | "resume" | "view"
+    port: int | None = None
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ManagerHeartbeat(Event):
+    """Written periodically so elapsed experiment time survives a crash (NNI persists every 10 s)."""
+
+
+@dataclass(frozen=True)
+class StatusChanged(Event):
+    status: ExperimentStatus
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LimitsUpdated(Event):
+    """A runtime change of ``trial_concurrency``, ``max_trial_number``, ``max_experiment_duration``
+    (seconds) or ``search_space``; ``value`` None removes a limit."""
+
+    field: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class TrialCreated(Event):
+    trial_id: str
+    sequence_id: int
+    parameter_id: int | None
+    params: dict[str, Any]
+    source: str = "algorithm"  # "algorithm" | "customized"
+
+
+@dataclass(frozen=True)
+class TrialStarted(Event):
+    trial_id: str
+    environment_id: str
+    output_dir: str
+    pid: int | None = None
+    pid_start: str | None = None  # process start time token, to detect pid reuse on re-attach
+    gpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class MetricReported(Event):
+    """``index`` is the metric's line number in the trial's channel: (trial_id, index) is unique."""
+
+    trial_id: str
+    type: MetricType
+    sequence: int
+    value: Any
+    index: int
+    parameter_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TrialCancelRequested(Event):
+    trial_id: str
+    reason: CancelReason
+
+
+@dataclass(frozen=True)
+class TrialEnded(Event):
+    trial_id: str
+    status: TrialStatus
+    exit_code: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class DataImported(Event):
+    """Prior results fed to the tuner (``experiment import``): a list of ``{parameter, value}``."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --- (de)serialisation -------------------------------------------------------------------------
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def encode(event: Event) -> str:
+    body = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    return json.dumps(body, default=_json_default, separators=(",", ":"), allow_nan=True)
+
+
+
+
+def decode(kind: str, body: str) -> Event:
+    cls = Event.KINDS.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    data = json.loads(body)
+    hints = {f.name: f.type for f in dataclasses.fields(cls)}
+    for name, hint in hints.items():
+        if name not in data:
+            continue
+        value = data[name]
+        text = str(hint)
+        if "TrialStatus" in text and value is not None:
+            data[name] = TrialStatus(value)
+        elif "ExperimentStatus" in text and value is not None:
+            data[name] = ExperimentStatus(value)
+        elif "MetricType" in text and value is not None:
+            data[name] = MetricType(value)
+        elif "CancelReason" in text and value is not None:
+            data[name] = CancelReason(value)
+        elif text.startswith("tuple") and isinstance(value, list):
+            data[name] = tuple(value)
+    known = {k: v for k, v in data.items() if k in hints}
+    return cls(**known)
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

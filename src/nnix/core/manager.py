@@ -1,0 +1,492 @@
+"""The experiment manager: one asyncio loop that asks the tuner, runs trials through the training
+service and records every fact in the store before acting on it.
+
+Lifecycle facts follow NNI (``nni-spec.md`` section 6): limits stop *creating* trials and let
+running ones finish; ``maxTrialDuration`` kills a trial as EARLY_STOPPED; a concurrency decrease
+never kills a trial. Deviation: when the tuner has nothing left to propose and no trial is active
+the experiment is DONE (NNI stays in TUNER_NO_MORE_TRIAL until stopped by hand).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import secrets
+import shlex
+import string
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from nnix.agent.runner import Exited, Metrics, RunnerEvent, TrialSpec
+from nnix.core.events import (
+    DataImported,
+    Event,
+    LimitsUpdated,
+    ManagerHeartbeat,
+    ManagerStarted,
+    MetricReported,
+    StatusChanged,
+    TrialCancelRequested,
+    TrialCreated,
+    TrialEnded,
+    TrialStarted,
+)
+from nnix.core.state import ExperimentState, TrialState, fold
+from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
+from nnix.errors import NnixError, NoMoreTrialsError, ServiceError
+from nnix.services.base import TrainingService
+from nnix.space import SearchSpace
+from nnix.store.base import Store
+from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
+
+log = logging.getLogger("nnix.manager")
+
+TRIAL_ID_FIRST = string.ascii_letters
+TRIAL_ID_REST = string.ascii_letters + string.digits
+FINISHED = (ExperimentStatus.DONE, ExperimentStatus.STOPPED, ExperimentStatus.ERROR)
+
+
+def new_trial_id(taken: Callable[[str], bool]) -> str:
+    """NNI's trial id shape: 5 characters, a letter then letters/digits."""
+    while True:
+        tid = secrets.choice(TRIAL_ID_FIRST) + "".join(secrets.choice(TRIAL_ID_REST) for _ in range(4))
+        if not taken(tid):
+            return tid
+
+
+def params_as_args(params: dict[str, Any]) -> str:
+    parts = []
+    for k, v in params.items():
+        text = v if isinstance(v, str) else json.dumps(v)
+        parts.append(shlex.quote(f"--{k}={text}"))
+    return " ".join(parts)
+
+
+class ExperimentManager:
+    """Drives one experiment. Build it with :func:`nnix.experiment.build_manager`."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        exp_dir: Path,
+        tuner: Tuner,
+        direction: Direction,
+        service_factory: Callable[[Callable[[RunnerEvent], None]], TrainingService],
+        shim_path: str,
+        clock: Callable[[], float] = time.time,
+        heartbeat: float = 10.0,
+        exit_when_done: bool = True,
+    ) -> None:
+        self.store = store
+        self.exp_dir = exp_dir
+        self.tuner = tuner
+        self.direction = direction
+        self.clock = clock
+        self.state: ExperimentState = fold(store.read())
+        self.service = service_factory(self._on_service_event)
+        self._shim = shim_path
+        self._heartbeat = heartbeat
+        self._exit_when_done = exit_when_done
+        self._inbox: list[RunnerEvent] = []
+        self._wake = asyncio.Event()
+        self._space: SearchSpace | None = None
+        self._space_raw: Any = None
+        self._tuner_exhausted = False
+        self._stop_requested = False
+        self._kills: set[asyncio.Task[None]] = set()
+        self._listeners: list[Callable[[], None]] = []
+        self._waiting_note = ""
+
+    # --- recording ---------------------------------------------------------------------------
+    def record(self, *events: Event) -> None:
+        """Append to the store, then fold into the in-memory state (the only way state changes)."""
+        for stored in self.store.append(events):
+            self.state.apply(stored)
+        for listener in self._listeners:
+            listener()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _set_status(self, status: ExperimentStatus, message: str = "") -> None:
+        if self.state.status is not status or (message and message != self.state.message):
+            self.record(StatusChanged(status, message))
+
+    @property
+    def experiment_id(self) -> str:
+        return self.state.experiment_id
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.state.config
+
+    @property
+    def waiting_reason(self) -> str:
+        return self._waiting_note
+
+    # --- commands (from the CLI/REST, same loop) ---------------------------------------------
+    def update_limit(self, name: str, value: Any) -> None:
+        if name == "search_space":
+            SearchSpace.from_json(value)  # raises SearchSpaceError with every problem
+        self.record(LimitsUpdated(name, value))
+        if name == "search_space":
+            self._space = None
+        self._tuner_exhausted = False
+        if self.state.status in (ExperimentStatus.DONE, ExperimentStatus.NO_MORE_TRIAL,
+                                 ExperimentStatus.TUNER_NO_MORE_TRIAL):
+            self._set_status(ExperimentStatus.RUNNING, f"{name} updated")
+        self._wake.set()
+
+    def cancel_trial(self, trial_id: str, reason: CancelReason = CancelReason.USER) -> bool:
+        t = self.state.trials.get(trial_id)
+        if t is None or not t.is_active:
+            return False
+        self.record(TrialCancelRequested(trial_id, reason))
+        if t.status is TrialStatus.WAITING:
+            self.record(TrialEnded(trial_id, reason.status, None, "canceled before it started"))
+        else:
+            task = asyncio.ensure_future(self.service.cancel(trial_id))
+            self._kills.add(task)
+            task.add_done_callback(self._kills.discard)
+        self._wake.set()
+        return True
+
+    def import_data(self, records: list[dict[str, Any]]) -> None:
+        """Prior results for the tuner (``experiment import``); they enter its history."""
+        self.record(DataImported(records))
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        if not self._stop_requested:
+            self._stop_requested = True
+            self._wake.set()
+
+    # --- service events ----------------------------------------------------------------------
+    def _on_service_event(self, event: RunnerEvent) -> None:
+        self._inbox.append(event)
+        self._wake.set()
+
+    def _process_inbox(self) -> None:
+        inbox, self._inbox = self._inbox, []
+        for ev in inbox:
+            if isinstance(ev, Metrics):
+                self._record_metrics(ev)
+            elif isinstance(ev, Exited):
+                self._record_exit(ev)
+
+    def _record_metrics(self, ev: Metrics) -> None:
+        t = self.state.trials.get(ev.trial_id)
+        if t is None:
+            return
+        out: list[Event] = []
+        last = t.last_index
+        for index, msg in ev.items:
+            if index <= last:
+                continue  # already recorded (re-attach after a crash): never twice
+            last = index
+            try:
+                mtype = MetricType(msg.get("type"))
+                seq = int(msg.get("sequence", 0))
+            except (ValueError, TypeError):
+                log.warning("trial %s: ignoring malformed metric line %d: %r", ev.trial_id, index, msg)
+                continue
+            out.append(MetricReported(ev.trial_id, mtype, seq, msg.get("value"), index, t.parameter_id))
+        if out:
+            self.record(*out)
+
+    def _record_exit(self, ev: Exited) -> None:
+        t = self.state.trials.get(ev.trial_id)
+        if t is None or t.status.is_terminal:
+            return
+        if ev.exit_code == 0:
+            status, message = TrialStatus.SUCCEEDED, ""
+        elif t.cancel_reason is not None:
+            status, message = t.cancel_reason.status, f"canceled ({t.cancel_reason.value})"
+        elif ev.exit_code is not None:
+            status = TrialStatus.FAILED
+            message = f"exit code {ev.exit_code}" + (f": {ev.stderr_tail}" if ev.stderr_tail else "")
+        elif ev.signal is not None:
+            status, message = TrialStatus.FAILED, f"killed by signal {ev.signal}"
+        else:
+            status = TrialStatus.FAILED
+            message = "the trial process ended while no manager watched it; exit status unknown"
+        self.record(TrialEnded(ev.trial_id, status, ev.exit_code, message))
+
+    # --- tuner -------------------------------------------------------------------------------
+    def _search_space(self) -> SearchSpace:
+        raw = self.state.limits.get("search_space")
+        if self._space is None or raw is not self._space_raw:
+            self._space = SearchSpace.from_json(raw)
+            self._space_raw = raw
+        return self._space
+
+    def _history(self) -> list[TrialRecord]:
+        out = [  # imported results come first, with negative parameter ids
+            TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, _scalar(rec.get("value")))
+            for i, rec in enumerate(self.state.imported)
+        ]
+        for t in self.state.trials.values():
+            if t.parameter_id is None:
+                continue
+            out.append(
+                TrialRecord(
+                    parameter_id=t.parameter_id,
+                    params=t.params,
+                    status=t.status,
+                    value=t.final_value,
+                    intermediate=tuple(v for v in (_scalar(m.value) for m in t.intermediate) if v is not None),
+                )
+            )
+        return out
+
+    def _ask(self, n: int) -> list[dict[str, Any]]:
+        ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
+        ctx = TunerContext(self._search_space(), self.direction, self.state.seed, tuple(self._history()))
+        return self.tuner.suggest(ctx, ids)[:n]
+
+    # --- scheduling --------------------------------------------------------------------------
+    def _limit_reached(self) -> str | None:
+        max_n = self.state.limits.get("max_trial_number")
+        if max_n is not None and len(self.state.trials) >= max_n:
+            return f"maxTrialNumber ({max_n}) reached"
+        max_d = self.state.limits.get("max_experiment_duration")
+        if max_d is not None and self.state.elapsed(self.clock()) >= max_d:
+            return f"maxExperimentDuration ({max_d} s) reached"
+        return None
+
+    def _create_trials(self) -> None:
+        if self._tuner_exhausted or self._limit_reached() or self.state.status not in (
+            ExperimentStatus.RUNNING, ExperimentStatus.TUNER_NO_MORE_TRIAL
+        ):
+            return
+        active = len(self.state.active_trials)
+        n = int(self.state.limits.get("trial_concurrency") or 1) - active
+        max_n = self.state.limits.get("max_trial_number")
+        if max_n is not None:
+            n = min(n, max_n - len(self.state.trials))
+        if n <= 0:
+            return
+        try:
+            proposals = self._ask(n)
+        except NoMoreTrialsError as e:
+            self._tuner_exhausted = True
+            log.info("tuner: %s", e.message)
+            return
+        except NnixError as e:
+            self._set_status(ExperimentStatus.ERROR, f"tuner failed: {e}")
+            return
+        except Exception as e:  # a tuner bug must not kill the manager
+            log.exception("tuner crashed")
+            self._set_status(ExperimentStatus.ERROR, f"tuner crashed: {type(e).__name__}: {e}")
+            return
+        events: list[Event] = []
+        seq, pid = self.state.next_sequence_id, self.state.next_parameter_id
+        taken = set(self.state.trials)
+        for params in proposals:
+            tid = new_trial_id(lambda x: x in taken)
+            taken.add(tid)
+            events.append(TrialCreated(tid, seq, pid, params, "algorithm"))
+            seq += 1
+            pid += 1
+        if events:
+            self.record(*events)
+        if len(proposals) < n:
+            self._tuner_exhausted = True
+
+    def spec_for(self, t: TrialState) -> TrialSpec:
+        cfg = self.config
+        out = self.exp_dir / "environments" / "local-env" / "trials" / t.trial_id
+        out.mkdir(parents=True, exist_ok=True)
+        command = str(cfg["trial_command"])
+        if cfg.get("trial_params_as_args") and isinstance(t.params, dict):
+            command = f"{command} {params_as_args(t.params)}"
+        pythonpath = os.environ.get("PYTHONPATH")
+        env = {
+            "NNI_PLATFORM": "local",
+            "NNI_EXP_ID": self.experiment_id,
+            "NNI_TRIAL_JOB_ID": t.trial_id,
+            "NNI_SYS_DIR": str(out),
+            "NNI_OUTPUT_DIR": str(out),
+            "NNI_TRIAL_SEQ_ID": str(t.sequence_id),
+            "NNI_CODE_DIR": str(cfg["trial_code_directory"]),
+            "NNIX_NAN_POLICY": str(cfg.get("nan_policy") or "error"),
+            "PYTHONPATH": self._shim + (os.pathsep + pythonpath if pythonpath else ""),
+        }
+        record = {
+            "parameter_id": t.parameter_id,
+            "parameter_source": t.source,
+            "parameters": t.params,
+            "parameter_index": 0,
+        }
+        return TrialSpec(t.trial_id, command, Path(cfg["trial_code_directory"]), out, record, env)
+
+    async def _launch_waiting(self) -> None:
+        if self._stop_requested:
+            return
+        self._waiting_note = ""
+        for t in list(self.state.trials.values()):
+            if t.status is not TrialStatus.WAITING or t.cancel_reason is not None:
+                continue
+            try:
+                started = await self.service.submit(self.spec_for(t))
+            except ServiceError as e:
+                self.record(TrialEnded(t.trial_id, TrialStatus.FAILED, None, str(e)))
+                self._set_status(ExperimentStatus.ERROR, str(e))
+                return
+            if started is None:
+                self._waiting_note = self.service.waiting_reason()
+                return  # keep creation order: later trials wait too
+            self.record(
+                TrialStarted(t.trial_id, "local-env", started.output_dir, started.pid, started.pid_start, started.gpus)
+            )
+
+    def _enforce_trial_duration(self) -> float | None:
+        """Cancel over-time trials; return seconds until the next deadline."""
+        max_d = self.config.get("max_trial_duration")
+        if not max_d:
+            return None
+        now = self.clock()
+        nxt: float | None = None
+        for t in self.state.active_trials:
+            if t.status is not TrialStatus.RUNNING or t.started_at is None or t.cancel_reason is not None:
+                continue
+            left = t.started_at + max_d - now
+            if left <= 0:
+                log.info("trial %s exceeded maxTrialDuration (%s s): stopping it", t.trial_id, max_d)
+                self.cancel_trial(t.trial_id, CancelReason.MAX_TRIAL_DURATION)
+            else:
+                nxt = left if nxt is None else min(nxt, left)
+        return nxt
+
+    def _update_status(self) -> None:
+        st = self.state.status
+        if st in FINISHED or st is ExperimentStatus.STOPPING:
+            return
+        active = len(self.state.active_trials)
+        reason = self._limit_reached()
+        if reason is not None:
+            self._set_status(ExperimentStatus.DONE if active == 0 else ExperimentStatus.NO_MORE_TRIAL, reason)
+        elif self._tuner_exhausted:
+            if active == 0:
+                self._set_status(ExperimentStatus.DONE, "the tuner has no more trials to propose")
+            else:
+                self._set_status(ExperimentStatus.TUNER_NO_MORE_TRIAL, "the tuner has no more trials to propose")
+        elif st is not ExperimentStatus.RUNNING:
+            self._set_status(ExperimentStatus.RUNNING)
+
+    def _next_timeout(self, trial_deadline: float | None) -> float:
+        timeout = self._heartbeat
+        if trial_deadline is not None:
+            timeout = min(timeout, trial_deadline)
+        max_d = self.state.limits.get("max_experiment_duration")
+        if max_d is not None and self.state.status is ExperimentStatus.RUNNING:
+            timeout = min(timeout, max(0.0, max_d - self.state.elapsed(self.clock())) + 0.01)
+        if self._waiting_note:
+            timeout = min(timeout, 1.0)  # resources may free up without an event (GPU used elsewhere)
+        return max(timeout, 0.0)
+
+    # --- the loop ----------------------------------------------------------------------------
+    async def run(self, action: str = "create", port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
+        """Run until the experiment is finished (or stopped). Returns the final status."""
+        self.record(ManagerStarted(os.getpid(), action, port, host))
+        await self.service.start()
+        if action == "resume":
+            await self._reattach()
+        if self.state.status is not ExperimentStatus.ERROR or action == "resume":
+            self._set_status(ExperimentStatus.RUNNING)
+        last_beat = self.clock()
+        try:
+            while True:
+                self._process_inbox()
+                if self._stop_requested:
+                    await self._stop()
+                    break
+                deadline = self._enforce_trial_duration()
+                if self.state.status is not ExperimentStatus.ERROR:
+                    self._create_trials()
+                    await self._launch_waiting()
+                self._process_inbox()
+                self._update_status()
+                st = self.state.status
+                if self._exit_when_done and (
+                    st is ExperimentStatus.DONE or (st is ExperimentStatus.ERROR and not self.state.active_trials)
+                ):
+                    break
+                now = self.clock()
+                if now - last_beat >= self._heartbeat and self.state.counting:
+                    self.record(ManagerHeartbeat())
+                    last_beat = now
+                if self._inbox:
+                    continue
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self._next_timeout(deadline))
+                except TimeoutError:
+                    pass
+        finally:
+            await self.service.close(kill_trials=False)
+        return self.state.status
+
+    async def view(self, port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
+        """Serve the experiment read-only (no tuner, no trials) until a stop is requested."""
+        self.record(ManagerStarted(os.getpid(), "view", port, host))
+        while not self._stop_requested:
+            self._wake.clear()
+            await self._wake.wait()
+        return self.state.status
+
+    async def _reattach(self) -> None:
+        for t in self.state.active_trials:
+            if t.status is TrialStatus.RUNNING and t.output_dir:
+                await self.service.reattach(
+                    t.trial_id, Path(t.output_dir), t.pid, t.pid_start, t.last_index, t.gpus
+                )
+
+    async def _stop(self) -> None:
+        if self.state.status is ExperimentStatus.DONE and not self.state.active_trials:
+            return  # a finished experiment stays DONE
+        self._set_status(ExperimentStatus.STOPPING, "stop requested")
+        for t in self.state.active_trials:
+            if t.cancel_reason is None:
+                self.cancel_trial(t.trial_id, CancelReason.EXPERIMENT_STOP)
+        # wait for every running trial to report its exit (kill has a grace period)
+        deadline = self.clock() + 30.0
+        while self.state.active_trials and self.clock() < deadline:
+            self._wake.clear()
+            self._process_inbox()
+            if not self.state.active_trials:
+                break
+            try:
+                await asyncio.wait_for(self._wake.wait(), 0.5)
+            except TimeoutError:
+                pass
+        self._process_inbox()
+        for t in self.state.active_trials:  # still there after the deadline: give up on it
+            self.record(TrialEnded(t.trial_id, TrialStatus.SYS_CANCELED, None, "did not stop in time"))
+        if self._kills:
+            await asyncio.gather(*self._kills, return_exceptions=True)
+        self._set_status(ExperimentStatus.STOPPED)
+
+
+def _scalar(value: Any) -> float | None:
+    if isinstance(value, dict):
+        value = value.get("default")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def history_records(state: ExperimentState) -> Sequence[TrialRecord]:
+    """The tuner's view of an experiment's history (used by tests and tools)."""
+    return [
+        TrialRecord(t.parameter_id, t.params, t.status, t.final_value)
+        for t in state.trials.values()
+        if t.parameter_id is not None
+    ]

@@ -1,0 +1,130 @@
+"""Experiments on this machine: ids, directories, the registry, building a manager, and the
+Python API (:class:`Experiment`)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from nnix.agent.runner import RunnerEvent
+from nnix.config import ExperimentConfig, LoadedConfig, load_config
+from nnix.core.events import ExperimentCreated
+from nnix.core.manager import ExperimentManager
+from nnix.core.state import fold
+from nnix.core.status import ExperimentStatus
+from nnix.errors import TunerError
+from nnix.home import STORE_NAME, Entry, Registry
+from nnix.registry import resolve
+from nnix.services.base import TrainingService
+from nnix.store.sqlite import SqliteStore
+from nnix.trial import shim_path
+from nnix.tuners.base import Direction, Tuner
+
+
+def create(loaded: LoadedConfig | ExperimentConfig, experiment_id: str | None = None) -> tuple[str, Path]:
+    """Record a new experiment: its directory, its store's first event, its registry entry."""
+    config = loaded.config if isinstance(loaded, LoadedConfig) else loaded
+    registry = Registry()
+    exp_id = experiment_id or registry.new_id()
+    exp_dir = Path(config.experiment_working_directory) / exp_id
+    (exp_dir / "log").mkdir(parents=True, exist_ok=True)
+    seed = config.tuner.class_args.get("seed")
+    if not isinstance(seed, int):
+        seed = secrets.randbits(31)
+    store = SqliteStore(exp_dir / STORE_NAME)
+    try:
+        store.append([ExperimentCreated(exp_id, config.model_dump(mode="json"), seed)])
+    finally:
+        store.close()
+    registry.add(
+        Entry(exp_id, str(exp_dir), config.experiment_name, config.training_service.platform, time.time())
+    )
+    return exp_id, exp_dir
+
+
+def build_tuner(config: ExperimentConfig) -> tuple[Tuner, Direction]:
+    cls = resolve("tuner", config.tuner.ref())
+    args_model = getattr(cls, "Args", None)
+    if args_model is None:
+        raise TunerError(
+            f"{config.tuner.class_name or config.tuner.name} is not an nnix tuner (no Args model)",
+            "NNI-style custom tuners are not supported yet",
+        )
+    args = args_model.model_validate(config.tuner.class_args)
+    mode = getattr(args, "optimize_mode", None)
+    direction = Direction(mode) if mode in ("maximize", "minimize") else Direction.MAXIMIZE
+    tuner: Tuner = cls(args)
+    return tuner, direction
+
+
+ServiceFactory = Callable[[Callable[[RunnerEvent], None]], TrainingService]
+
+
+def service_factory(config: ExperimentConfig, **options: Any) -> ServiceFactory:
+    """The training service for ``config``, found by platform name in entry points ``nnix.services``."""
+    platform = config.training_service.platform
+    eps = {ep.name: ep for ep in entry_points(group="nnix.services")}
+    if platform not in eps:
+        raise TunerError(f"training service {platform!r} is not installed", f"installed: {', '.join(eps)}")
+    cls = eps[platform].load()
+
+    def make(emit: Callable[[RunnerEvent], None]) -> TrainingService:
+        service: TrainingService = cls.from_config(config, emit, **options)
+        return service
+
+    return make
+
+
+def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_options: Any) -> ExperimentManager:
+    store = SqliteStore(exp_dir / STORE_NAME, create=False)
+    state = fold(store.read())
+    config = ExperimentConfig.model_validate(state.config)
+    tuner, direction = build_tuner(config)
+    return ExperimentManager(
+        store=store,
+        exp_dir=exp_dir,
+        tuner=tuner,
+        direction=direction,
+        service_factory=service_factory(config, **service_options),
+        shim_path=shim_path(),
+        exit_when_done=exit_when_done,
+    )
+
+
+class Experiment:
+    """NNI's Python API: ``Experiment(config).run()``; ``.start()`` / ``.stop()`` for a daemon."""
+
+    def __init__(self, config: ExperimentConfig | LoadedConfig | str | Path, id: str | None = None) -> None:
+        if isinstance(config, (str, Path)):
+            config = load_config(config)
+        self.config = config.config if isinstance(config, LoadedConfig) else config
+        self.id = id
+        self._daemon_pid: int | None = None
+
+    def run(self, port: int = 8080, wait_completion: bool = True, debug: bool = False) -> bool:
+        """Run in this process until DONE (True) or ERROR/STOPPED (False)."""
+        from nnix.cli.run import run_manager
+
+        if self.id is None:
+            self.id, _ = create(self.config, None)
+        status = run_manager(self.id, "create", port=port, live=False)
+        return status is ExperimentStatus.DONE
+
+    def start(self, port: int = 8080, debug: bool = False) -> str:
+        """Start a background manager (a daemon) and return the experiment id."""
+        from nnix.cli.run import spawn_daemon
+
+        if self.id is None:
+            self.id, _ = create(self.config, None)
+        self._daemon_pid = spawn_daemon(self.id, "create", port)
+        return self.id
+
+    def stop(self) -> None:
+        from nnix.cli.run import stop_experiment
+
+        if self.id is not None:
+            stop_experiment(self.id)

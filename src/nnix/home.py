@@ -1,0 +1,134 @@
+"""Where experiments live on this machine: the registry, ids, and reading a stored experiment.
+
+Kept light (no pydantic, numpy or tuners) so that quick CLI verbs like ``nnix stop`` start fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import string
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nnix.core.state import ExperimentState, fold
+from nnix.core.status import ExperimentStatus
+from nnix.errors import ExperimentNotFoundError
+from nnix.store.sqlite import SqliteStore
+
+ID_CHARS = string.ascii_lowercase + string.digits
+STORE_NAME = "db/nnix.sqlite"
+
+
+def home() -> Path:
+    """Where the registry lives: ``$NNIX_HOME`` or ``~/nni-experiments`` (NNI's default root)."""
+    return Path(os.environ.get("NNIX_HOME") or "~/nni-experiments").expanduser()
+
+
+@dataclass
+class Entry:
+    id: str
+    dir: str
+    name: str | None = None
+    platform: str = "local"
+    created: float = 0.0
+    pid: int | None = None
+    port: int | None = None
+
+
+class Registry:
+    """``<home>/.nnix/experiments.json``: id → where the experiment lives. File-locked."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.path = (root or home()) / ".nnix" / "experiments.json"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[dict[str, dict[str, Any]]]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                data: dict[str, dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else {}
+            except json.JSONDecodeError:
+                data = {}
+            before = json.dumps(data, sort_keys=True)
+            yield data
+            if json.dumps(data, sort_keys=True) != before:
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+                os.replace(tmp, self.path)
+
+    def add(self, entry: Entry) -> None:
+        with self._locked() as data:
+            data[entry.id] = asdict(entry)
+
+    def update(self, exp_id: str, **fields: Any) -> None:
+        with self._locked() as data:
+            if exp_id in data:
+                data[exp_id].update(fields)
+
+    def remove(self, exp_id: str) -> None:
+        with self._locked() as data:
+            data.pop(exp_id, None)
+
+    def all(self) -> list[Entry]:
+        with self._locked() as data:
+            return [Entry(**{k: v for k, v in e.items() if k in Entry.__dataclass_fields__}) for e in data.values()]
+
+    def get(self, exp_id: str) -> Entry:
+        entries = {e.id: e for e in self.all()}
+        if exp_id in entries:
+            return entries[exp_id]
+        matches = [e for i, e in entries.items() if i.startswith(exp_id)]
+        if len(matches) == 1:
+            return matches[0]
+        hint = "run `nnix experiment list --all` to see the known ids"
+        if len(matches) > 1:
+            raise ExperimentNotFoundError(f"experiment id prefix {exp_id!r} is ambiguous", hint)
+        raise ExperimentNotFoundError(f"no experiment {exp_id!r}", hint)
+
+    def new_id(self) -> str:
+        taken = {e.id for e in self.all()}
+        while True:
+            exp_id = "".join(secrets.SystemRandom().sample(ID_CHARS, 8))
+            if exp_id not in taken:
+                return exp_id
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is not alive
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def read_state(exp_dir: Path) -> ExperimentState:
+    store = SqliteStore(exp_dir / STORE_NAME, create=False)
+    try:
+        return fold(store.read())
+    finally:
+        store.close()
+
+
+def effective_status(state: ExperimentState) -> ExperimentStatus:
+    """The recorded status, except that an active status whose manager died reads STOPPED (as NNI)."""
+    if state.status.is_active and not pid_alive(state.manager_pid):
+        return ExperimentStatus.STOPPED
+    return state.status
+
+

@@ -1,0 +1,1 @@
+"""Training-service building blocks: GPU inventory and scheduling, process management, environments."""

@@ -1,0 +1,101 @@
+"""The local training service: one environment, this machine, running the agent's trial runner
+in-process (no extra hop; same runner the remote agent uses), with GPU scheduling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nnix.agent.runner import Exited, RunnerEvent, Started, TrialRunner, TrialSpec
+from nnix.services.gpu import GpuInventory, GpuScheduler, NvmlInventory
+
+if TYPE_CHECKING:
+    from nnix.config import ExperimentConfig
+
+ENVIRONMENT_ID = "local-env"
+
+
+class LocalService:
+    platform = "local"
+
+    def __init__(
+        self,
+        emit: Callable[[RunnerEvent], None],
+        *,
+        trial_gpu_number: int | None = None,
+        gpu_indices: list[int] | None = None,
+        max_trial_number_per_gpu: int = 1,
+        use_active_gpu: bool | None = None,
+        inventory: GpuInventory | None = None,
+        kill_grace: float = 5.0,
+        poll_interval: float = 0.25,
+    ) -> None:
+        self._emit_up = emit
+        self._gpus = GpuScheduler(
+            inventory or NvmlInventory(),
+            trial_gpu_number=trial_gpu_number,
+            gpu_indices=gpu_indices,
+            max_trial_number_per_gpu=max_trial_number_per_gpu,
+            use_active_gpu=bool(use_active_gpu),
+        )
+        self._runner = TrialRunner(self._on_event, kill_grace=kill_grace, poll_interval=poll_interval)
+        self._gpu_of: dict[str, tuple[int, ...]] = {}
+
+    @classmethod
+    def from_config(
+        cls, config: ExperimentConfig, emit: Callable[[RunnerEvent], None], **options: Any
+    ) -> LocalService:
+        ts = config.training_service
+        return cls(
+            emit,
+            trial_gpu_number=config.trial_gpu_number,
+            gpu_indices=ts.gpu_indices,
+            max_trial_number_per_gpu=ts.max_trial_number_per_gpu,
+            use_active_gpu=ts.use_active_gpu,
+            **options,
+        )
+
+    def _on_event(self, event: RunnerEvent) -> None:
+        if isinstance(event, Exited):
+            self._gpus.release(event.trial_id)
+        self._emit_up(event)
+
+    async def start(self) -> None:
+        return None
+
+    async def submit(self, spec: TrialSpec) -> Started | None:
+        alloc = self._gpus.allocate(spec.trial_id)
+        if alloc is None:
+            return None
+        env = dict(spec.env)
+        env.update(self._gpus.env(alloc))
+        try:
+            started = await self._runner.start(replace(spec, env=env))
+        except BaseException:
+            self._gpus.release(spec.trial_id)
+            raise
+        return replace(started, gpus=alloc.indices) if alloc.indices else started
+
+    async def cancel(self, trial_id: str) -> None:
+        await self._runner.kill(trial_id)
+
+    async def reattach(
+        self,
+        trial_id: str,
+        output_dir: Path,
+        pid: int | None,
+        pid_start: str | None,
+        after_index: int,
+        gpus: tuple[int, ...] | None,
+    ) -> None:
+        if gpus:
+            self._gpus.restore(trial_id, list(gpus))
+        await self._runner.attach(trial_id, output_dir, pid, pid_start, after_index)
+
+    def waiting_reason(self) -> str:
+        return self._gpus.waiting_reason()
+
+    async def close(self, kill_trials: bool) -> None:
+        await self._runner.close(kill=kill_trials)

@@ -1,0 +1,4 @@
+"""Test doubles for nnix's injectable dependencies (fake GPU inventories, clocks, ...).
+
+Imported only by tests and by users writing tests; nothing here touches real hardware.
+"""

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nnix.core.events import StatusChanged, TrialCreated
+from nnix.core.status import ExperimentStatus
+from nnix.errors import StoreError
+from nnix.store.base import Store
+from nnix.store.sqlite import SqliteStore
+from nnix.testing.stores import StoreContract
+
+
+class TestSqliteStore(StoreContract):
+    def make_store(self, tmp_path: Path) -> Store:
+        return SqliteStore(tmp_path / "db" / "nnix.sqlite")
+
+
+def test_events_survive_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    s = SqliteStore(path)
+    s.append([TrialCreated("a", 0, 0, {"x": 1})])
+    s.close()
+    again = SqliteStore(path, create=False)
+    assert [e.event for e in again.read()] == [TrialCreated("a", 0, 0, {"x": 1})]
+
+
+def test_missing_store_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no experiment store"):
+        SqliteStore(tmp_path / "nope.sqlite", create=False)
+
+
+def test_append_is_durable_across_kill_9(tmp_path: Path) -> None:
+    """A process that appended and was then killed -9 leaves its events readable."""
+    path = tmp_path / "s.sqlite"
+    code = (
+        "import os, signal, sys\n"
+        "from nnix.store.sqlite import SqliteStore\n"
+        "from nnix.core.events import TrialCreated\n"
+        f"s = SqliteStore({str(path)!r})\n"
+        "for i in range(50):\n"
+        "    s.append([TrialCreated(f't{i}', i, i, {'i': i})])\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=os.environ.copy())
+    assert proc.returncode == -9
+    events = SqliteStore(path, create=False).read()
+    assert len(events) == 50
+    assert [s.seq for s in events] == sorted(s.seq for s in events)
+
+
+def test_two_writers_interleave_without_loss(tmp_path: Path) -> None:
+    a = SqliteStore(tmp_path / "s.sqlite")
+    b = SqliteStore(tmp_path / "s.sqlite")
+    for _ in range(20):
+        a.append([StatusChanged(ExperimentStatus.RUNNING)])
+        b.append([StatusChanged(ExperimentStatus.DONE)])
+    assert len(a.read()) == 40

@@ -1,0 +1,441 @@
+"""The native experiment schema and its loader."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nnix.config import (
+    AlgorithmConfig,
+    ExperimentConfig,
+    LocalConfig,
+    load_config,
+    parse_config,
+    parse_duration,
+    parse_gpu_indices,
+    training_service_platforms,
+)
+from nnix.errors import ConfigError
+from nnix.registry import AlgorithmRef
+
+HAS_SPACE = importlib.util.find_spec("nnix.space") is not None
+needs_space = pytest.mark.skipif(not HAS_SPACE, reason="nnix.space (search-space validation) is not written yet")
+HAS_RANDOM = importlib.util.find_spec("nnix.tuners.random") is not None
+
+SPACE = {"x": {"_type": "choice", "_value": [1, 2, 3]}}
+TUNER_CODE = """
+class MyTuner:
+    def __init__(self, optimize_mode="maximize", seed=0):
+        pass
+"""
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NNIX_HOME", str(tmp_path / "home"))
+
+
+def base(tmp_path: Path) -> dict[str, Any]:
+    """A valid config that needs no registered tuner: a custom class in ``tmp_path``."""
+    module = tmp_path / "cfg_test_tuner.py"
+    if not module.exists():
+        module.write_text(TUNER_CODE)
+    return {
+        "searchSpace": dict(SPACE),
+        "trialCommand": "python3 main.py",
+        "trialConcurrency": 2,
+        "tuner": {"className": "cfg_test_tuner.MyTuner", "classArgs": {"optimize_mode": "minimize"}},
+        "trainingService": {"platform": "local"},
+    }
+
+
+def write(tmp_path: Path, data: dict[str, Any] | str, name: str = "config.yml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def issues_of(data: dict[str, Any], base_dir: Path) -> list[tuple[str, str, str | None]]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, base_dir)
+    assert info.value.exit_code == 2
+    return [(i.path, i.message, i.hint) for i in info.value.issues]
+
+
+# --------------------------------------------------------------------------------------------------
+# Value parsing
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("1h", 3600),
+        ("0.5h", 1800),
+        (90, 90),
+        ("90", 90),
+        ("1.5m", 90),
+        ("2D", 172800),
+        ("10s", 10),
+        ("1 d", 86400),
+        (" 3M ", 180),
+        (2.2, 3),
+        ("0.1h", 360),
+        (".5m", 30),
+    ],
+)
+def test_duration_parsing(value: Any, seconds: int) -> None:
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["10x", "h", "", "1h30m", "-1h", True, None, [1], float("inf")])
+def test_bad_durations(value: Any) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "indices"),
+    [(1, [1]), ([0, 2], [0, 2]), ("0,1", [0, 1]), (" 3 , 1 ", [3, 1]), ("2", [2]), ([], [])],
+)
+def test_gpu_indices_forms(value: Any, indices: list[int]) -> None:
+    assert parse_gpu_indices(value) == indices
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [([0, 0], "listed twice"), ("1,1", "listed twice"), (-1, "negative"), ("0,-2", "negative"),
+     ("a", "not a GPU index"), (True, "expected GPU indices"), ([1.5], "not a GPU index"), ("", "not a GPU index")],
+)  # fmt: skip
+def test_bad_gpu_indices(value: Any, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        parse_gpu_indices(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# The models
+
+
+@needs_space
+def test_defaults(tmp_path: Path) -> None:
+    loaded = parse_config(base(tmp_path), tmp_path)
+    config = loaded.config
+    assert loaded.format == "v2" and loaded.warnings == []
+    assert config.trial_code_directory == tmp_path.resolve()
+    assert config.experiment_working_directory == (tmp_path / "home").resolve()
+    assert config.log_level == "info"
+    assert config.max_experiment_duration is None and config.max_trial_number is None
+    assert config.assessor is None and config.trial_gpu_number is None
+    assert config.trial_params_as_args is False and config.nan_policy == "error"
+    assert isinstance(config.training_service, LocalConfig)
+    assert config.training_service.max_trial_number_per_gpu == 1
+    assert config.tuner.code_directory == tmp_path.resolve()  # nnix default for a custom class
+
+
+@needs_space
+def test_debug_implies_debug_log_level_unless_set(tmp_path: Path) -> None:
+    assert parse_config({**base(tmp_path), "debug": True}, tmp_path).config.log_level == "debug"
+    data = {**base(tmp_path), "debug": True, "logLevel": "error"}
+    assert parse_config(data, tmp_path).config.log_level == "error"
+
+
+@needs_space
+def test_to_json_uses_nni_camel_case_keys(tmp_path: Path) -> None:
+    data = {**base(tmp_path), "maxExperimentDuration": "1h", "trialGpuNumber": 0}
+    data["trainingService"] = {"platform": "local", "useActiveGpu": False, "gpuIndices": "1"}
+    out = parse_config(data, tmp_path).config.to_json()
+    assert out["maxExperimentDuration"] == 3600
+    assert out["trialCodeDirectory"] == str(tmp_path.resolve())
+    assert out["trainingService"] == {
+        "platform": "local",
+        "useActiveGpu": False,
+        "maxTrialNumberPerGpu": 1,
+        "gpuIndices": [1],
+        "reuseMode": False,
+    }
+    assert out["tuner"]["classArgs"] == {"optimize_mode": "minimize"}
+    assert "assessor" not in out and "maxTrialNumber" not in out
+    again = ExperimentConfig.model_validate(out)
+    assert again.to_json() == out
+
+
+@needs_space
+def test_python_api_uses_field_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = ExperimentConfig(
+        search_space=SPACE,
+        trial_command="python3 main.py",
+        trial_concurrency=1,
+        max_trial_duration="2m",  # type: ignore[arg-type]
+        tuner=AlgorithmConfig(name="random"),
+        training_service=LocalConfig(platform="local"),
+    )
+    assert config.trial_code_directory == tmp_path.resolve()
+    assert config.max_trial_duration == 120
+
+
+@needs_space
+def test_python_api_checks_cross_field_rules() -> None:
+    with pytest.raises(ValueError, match="useActiveGpu"):
+        ExperimentConfig(
+            search_space=SPACE,
+            trial_command="python3 main.py",
+            trial_concurrency=1,
+            trial_gpu_number=1,
+            tuner=AlgorithmConfig(name="random"),
+            training_service=LocalConfig(platform="local"),
+        )
+
+
+def test_algorithm_config_ref(tmp_path: Path) -> None:
+    assert AlgorithmConfig(name="TPE").ref() == AlgorithmRef(name="TPE")
+    custom = AlgorithmConfig.model_validate({"className": "m.C", "codeDirectory": "."}, context={"base_dir": tmp_path})
+    assert custom.ref() == AlgorithmRef(class_name="m.C", code_directory=tmp_path.resolve())
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"name": "TPE", "className": "m.C"}, "not both"),
+        ({}, "no algorithm"),
+        ({"classArgs": {"x": 1}}, "no algorithm"),
+        ({"name": "TPE", "codeDirectory": "."}, "only for a custom algorithm"),
+    ],
+)
+def test_algorithm_config_rules(data: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        AlgorithmConfig.model_validate(data)
+
+
+def test_supported_platforms() -> None:
+    assert training_service_platforms() == {"local": LocalConfig}
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading files
+
+
+@needs_space
+def test_relative_paths_resolve_against_the_config_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf_dir = tmp_path / "conf"
+    (conf_dir / "code").mkdir(parents=True)
+    (conf_dir / "spaces").mkdir()
+    (conf_dir / "spaces" / "space.json").write_text('{"x": {"_type": "choice", "_value": [1, 2]}}')
+    data = base(conf_dir)
+    del data["searchSpace"]
+    data.update(
+        searchSpaceFile="spaces/space.json",
+        trialCodeDirectory="code",
+        experimentWorkingDirectory="../exps",
+    )
+    data["tuner"]["codeDirectory"] = "."
+    path = write(conf_dir, data)
+    monkeypatch.chdir(tmp_path)  # anywhere else
+    config = load_config(path).config
+    assert config.search_space_file == (conf_dir / "spaces" / "space.json").resolve()
+    assert config.search_space == {"x": {"_type": "choice", "_value": [1, 2]}}
+    assert config.trial_code_directory == (conf_dir / "code").resolve()
+    assert config.experiment_working_directory == (tmp_path / "exps").resolve()
+    assert config.tuner.code_directory == conf_dir.resolve()
+
+
+@needs_space
+def test_home_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    data = {**base(tmp_path), "experimentWorkingDirectory": "~/runs"}
+    assert parse_config(data, tmp_path).config.experiment_working_directory == (tmp_path / "runs").resolve()
+
+
+@needs_space
+def test_search_space_file_may_be_yaml(tmp_path: Path) -> None:
+    (tmp_path / "space.yml").write_text("x:\n  _type: choice\n  _value: [1, 2]\n")
+    data = base(tmp_path)
+    del data["searchSpace"]
+    data["searchSpaceFile"] = "space.yml"
+    assert parse_config(data, tmp_path).config.search_space == {"x": {"_type": "choice", "_value": [1, 2]}}
+
+
+@needs_space
+def test_search_space_problems_are_prefixed_with_the_users_key(tmp_path: Path) -> None:
+    bad = {"x": {"_type": "choise", "_value": [1]}}
+    data = {**base(tmp_path), "searchSpace": bad}
+    paths = [p for p, _, _ in issues_of(data, tmp_path)]
+    assert paths and all(p.startswith("searchSpace") for p in paths)
+
+    (tmp_path / "ss.json").write_text('{"x": {"_type": "choise", "_value": [1]}}')
+    data = base(tmp_path)
+    del data["searchSpace"]
+    data["searchSpaceFile"] = "ss.json"
+    paths = [p for p, _, _ in issues_of(data, tmp_path)]
+    assert paths and all(p.startswith("searchSpaceFile(ss.json)") for p in paths)
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="does not exist") as info:
+        load_config("/nonexistent/config.yml")
+    assert info.value.source == "/nonexistent/config.yml"
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="empty"):
+        load_config(write(tmp_path, ""))
+
+
+def test_not_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    text = textwrap.dedent(
+        """\
+        trialCommand: python3 main.py
+        trialConcurrency: 1
+        tuner:
+          name: TPE
+         classArgs: {}
+        """
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    (issue,) = info.value.issues
+    assert "YAML syntax error at line 5" in issue.message
+    assert issue.hint
+
+
+# --------------------------------------------------------------------------------------------------
+# Bad configs: every problem, with the user's path and a useful message
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data[part]
+    if value is _DELETE:
+        del data[last]
+    else:
+        data[last] = value
+
+
+_DELETE = object()
+
+BAD: list[tuple[str, dict[str, Any], str, str]] = [
+    # (case, {dotted key: value or _DELETE}, expected path, fragment of message or hint)
+    ("typo", {"trialConcurency": 3}, "trialConcurency", "did you mean 'trialConcurrency'?"),
+    ("missing command", {"trialCommand": _DELETE}, "trialCommand", "missing required field"),
+    ("empty command", {"trialCommand": "  "}, "trialCommand", "must not be empty"),
+    ("negative concurrency", {"trialConcurrency": -1}, "trialConcurrency", "greater than 0, got -1"),
+    ("concurrency as text", {"trialConcurrency": "many"}, "trialConcurrency", "valid integer"),
+    ("bad duration", {"maxExperimentDuration": "10x"}, "maxExperimentDuration", "e.g. 2h"),
+    ("zero duration", {"maxTrialDuration": "0s"}, "maxTrialDuration", "greater than 0"),
+    ("negative gpus", {"trialGpuNumber": -1}, "trialGpuNumber", "greater than or equal to 0"),
+    ("bad log level", {"logLevel": "verbose"}, "logLevel", "'trace'"),
+    ("unknown platform", {"trainingService.platform": "moon"}, "trainingService.platform", "unknown platform 'moon'"),
+    ("planned platform", {"trainingService.platform": "remote"}, "trainingService.platform", "not supported by this"),
+    ("no platform", {"trainingService.platform": _DELETE}, "trainingService.platform", "missing"),
+    ("gpu duplicates", {"trainingService.gpuIndices": [0, 0]}, "trainingService.gpuIndices", "listed twice"),
+    ("gpu negative", {"tunerGpuIndices": "-1"}, "tunerGpuIndices", "negative"),
+    ("per-gpu zero", {"trainingService.maxTrialNumberPerGpu": 0}, "trainingService.maxTrialNumberPerGpu", "greater"),
+    ("active gpu unset", {"trialGpuNumber": 1}, "trainingService.useActiveGpu",
+     "set trainingService.useActiveGpu: false (or true to share GPUs with other processes)"),
+    ("per-gpu w/o gpus", {"trainingService.maxTrialNumberPerGpu": 2}, "trainingService.maxTrialNumberPerGpu",
+     "unless trialGpuNumber"),
+    ("both spaces", {"searchSpaceFile": "space.json"}, "searchSpaceFile", "not both"),
+    ("no space", {"searchSpace": _DELETE}, "searchSpace", "no search space"),
+    ("space file missing", {"searchSpace": _DELETE, "searchSpaceFile": "nope.json"}, "searchSpaceFile",
+     "does not exist"),
+    ("code dir missing", {"trialCodeDirectory": "nope"}, "trialCodeDirectory", "does not exist"),
+    ("tuner dir missing", {"tuner.codeDirectory": "nope"}, "tuner.codeDirectory", "does not exist"),
+    ("unknown tuner", {"tuner": {"name": "Randm"}}, "tuner.name", "did you mean 'random'?"),
+    ("tuner arg typo", {"tuner.classArgs": {"optimize_mod": "maximize"}}, "tuner.classArgs.optimize_mod",
+     "did you mean 'optimize_mode'?"),
+    ("tuner not a class", {"tuner.className": "cfg_test_tuner.Nope"}, "tuner.className", "cannot import"),
+    ("both name and class", {"tuner.name": "random"}, "tuner", "not both"),
+    ("unknown tuner key", {"tuner.classArg": {}}, "tuner.classArg", "did you mean 'classArgs'?"),
+    ("nested typo", {"trainingService.useActivGpu": True}, "trainingService.useActivGpu",
+     "did you mean 'useActiveGpu'"),
+    ("nas", {"experimentType": "nas"}, "experimentType", "not supported"),
+    ("annotation", {"useAnnotation": True}, "useAnnotation", "not supported"),
+    ("bool as int", {"trialConcurrency": True}, "trialConcurrency", "valid integer"),
+    ("unknown nan policy", {"nanPolicy": "ignore"}, "nanPolicy", "'allow'"),
+    ("tuner not a mapping", {"tuner": "TPE"}, "tuner", "must be a mapping"),
+]  # fmt: skip
+
+
+@needs_space
+@pytest.mark.parametrize(("changes", "path", "fragment"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_configs(tmp_path: Path, changes: dict[str, Any], path: str, fragment: str) -> None:
+    (tmp_path / "space.json").write_text('{"x": {"_type": "choice", "_value": [1]}}')
+    data = base(tmp_path)
+    for key, value in changes.items():
+        _set(data, key, value)
+    found = issues_of(data, tmp_path)
+    matching = [(p, m, h) for p, m, h in found if p == path]
+    assert matching, found
+    assert any(fragment in f"{m} (hint: {h})" for _, m, h in matching), found
+    assert len(found) == 1, found
+
+
+@needs_space
+@pytest.mark.skipif(not HAS_RANDOM, reason="nnix.tuners.random is not written yet")
+def test_bad_class_arg_of_a_builtin_tuner(tmp_path: Path) -> None:
+    data = {**base(tmp_path), "tuner": {"name": "Random", "classArgs": {"seeed": 1}}}
+    found = issues_of(data, tmp_path)
+    assert [(p, h) for p, _, h in found] == [("tuner.classArgs.seeed", "did you mean 'seed'?")]
+
+
+@needs_space
+def test_several_errors_are_reported_together(tmp_path: Path) -> None:
+    text = textwrap.dedent(
+        """\
+        searchSpaceFile: missing.json
+        trialConcurency: 2
+        maxExperimentDuration: 3 weeks
+        tuner:
+          name: Randm
+        trainingService:
+          platform: local
+          gpuIndices: 0,0
+        """
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    paths = [i.path for i in info.value.issues]
+    assert sorted(paths) == sorted(
+        [
+            "searchSpaceFile",
+            "trialConcurency",
+            "maxExperimentDuration",
+            "trialCommand",
+            "tuner.name",
+            "trainingService.gpuIndices",
+        ]
+    )
+    text = str(info.value)
+    assert "6 problems" in text and "config.yml" in text
+
+
+@needs_space
+def test_snake_case_input_gets_snake_case_paths(tmp_path: Path) -> None:
+    data = {
+        "search_space": SPACE,
+        "trial_concurrency": 0,
+        "tuner": {"class_name": "cfg_test_tuner.MyTuner"},
+        "training_service": {"platform": "local", "gpu_indices": [1, 1]},
+    }
+    base(tmp_path)  # writes the tuner module
+    paths = sorted(p for p, _, _ in issues_of(data, tmp_path))
+    assert paths == ["training_service.gpu_indices", "trial_command", "trial_concurrency"]
+
+
+@needs_space
+def test_cross_field_rules_pass_when_satisfied(tmp_path: Path) -> None:
+    data = {**base(tmp_path), "trialGpuNumber": 1}
+    data["trainingService"] = {"platform": "local", "useActiveGpu": False, "maxTrialNumberPerGpu": 2}
+    config = parse_config(data, tmp_path).config
+    assert config.training_service.use_active_gpu is False
+    assert config.training_service.max_trial_number_per_gpu == 2
