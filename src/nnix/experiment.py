@@ -124,7 +124,7 @@ class Experiment:
         return self.id
 
     def stop(self) -> None:
-        from nnix.cli.run import stop_experiment
+        from nnix.cli.control import stop_experiment
 
         if self.id is not None:
             stop_experiment(self.id)

@@ -179,18 +179,16 @@ def _validate_choice(options: Sequence[Any], path: str, issues: list[FieldIssue]
                     FieldIssue(
                         f"{path}[{i}]",
                         "option of a nested choice has no _name",
-                        "in a nested choice every option must be an object with `_name`, "
-                        'e.g. {"_name": "empty"}',
+                        'in a nested choice every option must be an object with `_name`, e.g. {"_name": "empty"}',
                     )
                 )
-        return
-    if all(named):
+    if any(named):
         for i, option in enumerate(options):
+            if not named[i]:
+                continue
             name = option["_name"]
             if isinstance(name, bool) or not isinstance(name, (str, int, float)):
-                issues.append(
-                    FieldIssue(f"{path}[{i}]._name", f"must be a string or a number, got {_type_name(name)}")
-                )
+                issues.append(FieldIssue(f"{path}[{i}]._name", f"must be a string or a number, got {_type_name(name)}"))
             _validate_level(option, f"{path}[{i}]", issues, nested_option=True)
         return
     for i, option in enumerate(options):
@@ -444,7 +442,7 @@ def _build_level(level: Mapping[str, Any], prefix: Key, *, nested_option: bool) 
     for name, spec in level.items():
         if nested_option and name == "_name":
             continue
-        params.append(_build_param(prefix + (name,), spec))
+        params.append(_build_param((*prefix, name), spec))
     return tuple(params)
 
 
@@ -453,7 +451,7 @@ def _build_param(key: Key, spec: Mapping[str, Any]) -> Param:
     value = list(spec["_value"])
     if ptype == "choice":
         if all(isinstance(o, Mapping) and "_name" in o for o in value):
-            branches = tuple(_build_level(o, key + (i,), nested_option=True) for i, o in enumerate(value))
+            branches = tuple(_build_level(o, (*key, i), nested_option=True) for i, o in enumerate(value))
             return Param(key, ptype, choices=tuple(o["_name"] for o in value), nested=True, branches=branches)
         return Param(key, ptype, choices=tuple(copy.deepcopy(value)))
     nums = [x.item() if isinstance(x, np.generic) else x for x in value]
@@ -558,7 +556,7 @@ def _json_equal(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=False))
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return set(a) == set(b) and all(_json_equal(a[k], b[k]) for k in a)
     return False
@@ -740,7 +738,7 @@ class _GridWalker:
                 p = params[i]
                 axis = self.axes[p.key]
                 here = len(axis.values) > axis.bar or any(
-                    self._can_be_new(branch, p.key + (b,), 0) for b, branch in enumerate(p.branches)
+                    self._can_be_new(branch, (*p.key, b), 0) for b, branch in enumerate(p.branches)
                 )
                 flags[i] = here or flags[i + 1]
             self._suffix_new[level] = flags
@@ -767,10 +765,8 @@ class _GridWalker:
         for index, value in enumerate(axis.values):
             new = index >= axis.bar
             if p.nested:
-                branch_key = p.key + (index,)
-                for items, sub_new in self._level(
-                    p.branches[index], branch_key, require_new=require_new and not new
-                ):
+                branch_key = (*p.key, index)
+                for items, sub_new in self._level(p.branches[index], branch_key, require_new=require_new and not new):
                     yield {"_name": p.choices[index], **dict(items)}, new or sub_new
             elif require_new and not new:
                 continue

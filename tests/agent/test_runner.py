@@ -122,7 +122,8 @@ def test_reattach_after_the_watcher_is_gone(tmp_path: Path) -> None:
 
 def test_attach_to_a_trial_that_ended_meanwhile(tmp_path: Path) -> None:
     events: list[RunnerEvent] = []
-    spec = _spec(tmp_path, "T4", f"{sys.executable} -c \"import nni; nni.get_next_parameter(); nni.report_final_result(1)\"")
+    code = "import nni; nni.get_next_parameter(); nni.report_final_result(1)"
+    spec = _spec(tmp_path, "T4", f'{sys.executable} -c "{code}"')
 
     async def main() -> None:
         runner = TrialRunner(lambda e: None, poll_interval=0.05)

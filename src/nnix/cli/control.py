@@ -94,7 +94,9 @@ def validate_import(data: Any) -> list[dict[str, Any]]:
     out = []
     for i, rec in enumerate(data):
         if not isinstance(rec, dict) or not isinstance(rec.get("parameter"), dict) or "value" not in rec:
-            raise NnixError(f"record [{i}] must be an object with 'parameter' (object) and 'value'", f"got {rec!r}"[:200])
+            raise NnixError(
+                f"record [{i}] must be an object with 'parameter' (object) and 'value'", f"got {rec!r}"[:200]
+            )
         out.append({"parameter": rec["parameter"], "value": rec["value"]})
     return out
 

@@ -183,7 +183,7 @@ def stop(
 ) -> None:
     """Stop an experiment: its trials are canceled, its state is kept for resume."""
     from nnix.cli.control import stop_experiment
-    from nnix.home import Registry, effective_status, read_state
+    from nnix.home import Registry, effective_status, pid_alive, read_state
 
     if experiment_id == "all":
         raise NnixError("`nnix stop all` is ambiguous", "use `nnix stop --all`")
@@ -191,9 +191,9 @@ def stop(
         ids = []
         for e in Registry().all():
             st = read_state(Path(e.dir))
-            if effective_status(st).is_active or (st.manager_action == "view" and st.manager_pid):
-                if port is None or st.manager_port == port:
-                    ids.append(e.id)
+            running = effective_status(st).is_active or (st.manager_action == "view" and pid_alive(st.manager_pid))
+            if running and (port is None or st.manager_port == port):
+                ids.append(e.id)
         if not ids:
             typer.echo("no experiment is running" + (f" on port {port}" if port else ""))
             return
@@ -386,7 +386,7 @@ def experiment_status(experiment_id: IdArg = None) -> None:
     from nnix.cli.run import summary_line
     from nnix.home import effective_status
 
-    eid, st = _state(experiment_id)
+    _, st = _state(experiment_id)
     typer.echo(json.dumps({"status": effective_status(st).value, "errors": st.errors, "message": st.message}))
     typer.echo(summary_line(st, time.time()))
 
@@ -466,7 +466,8 @@ def experiment_export(
             w.writeheader()
             for r in rows:
                 v = r["value"]
-                flat = {**r["parameter"], **(v if isinstance(v, dict) else {"reward": v}), "trialJobId": r["trialJobId"]}
+                metric = v if isinstance(v, dict) else {"reward": v}
+                flat = {**r["parameter"], **metric, "trialJobId": r["trialJobId"]}
                 if intermediate:
                     flat["intermediate"] = json.dumps(r["intermediate"])
                 w.writerow({k: (json.dumps(x) if isinstance(x, (dict, list)) else x) for k, x in flat.items()})

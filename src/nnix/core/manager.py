@@ -407,10 +407,10 @@ class ExperimentManager:
                 if self._stop_requested:
                     await self._stop()
                     break
-                deadline = self._enforce_trial_duration()
                 if self.state.status is not ExperimentStatus.ERROR:
                     self._create_trials()
                     await self._launch_waiting()
+                deadline = self._enforce_trial_duration()
                 self._process_inbox()
                 self._update_status()
                 st = self.state.status

@@ -1,0 +1,47 @@
+"""Helpers to build and run real experiments in tests (local service, SQLite store)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from nnix.config import parse_config
+from nnix.core.manager import ExperimentManager
+from nnix.core.state import ExperimentState
+from nnix.core.status import ExperimentStatus
+from nnix.experiment import build_manager, create
+from nnix.home import read_state
+
+
+def make_experiment(code_dir: Path, **fields: Any) -> tuple[str, Path]:
+    """Create an experiment from NNI v2 camelCase ``fields`` (defaults: Random tuner, local)."""
+    data: dict[str, Any] = {
+        "trialCodeDirectory": str(code_dir),
+        "trialConcurrency": 1,
+        "tuner": {"name": "Random", "classArgs": {"seed": 1}},
+        "trainingService": {"platform": "local"},
+    }
+    data.update(fields)
+    loaded = parse_config(json.loads(json.dumps(data)), code_dir)
+    return create(loaded)
+
+
+def run_experiment(
+    exp_dir: Path, action: str = "create", timeout: float = 60.0, **service_options: Any
+) -> ExperimentState:
+    manager = build_manager(exp_dir, **service_options)
+
+    async def main() -> ExperimentStatus:
+        return await asyncio.wait_for(manager.run(action), timeout)
+
+    try:
+        asyncio.run(main())
+    finally:
+        manager.store.close()
+    return read_state(exp_dir)
+
+
+def manager_for(exp_dir: Path, **service_options: Any) -> ExperimentManager:
+    return build_manager(exp_dir, **service_options)

@@ -1,0 +1,175 @@
+"""The manager against the real local service and real trial processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from nnix.core.events import TrialStarted
+from nnix.core.status import CancelReason, ExperimentStatus, TrialStatus
+from nnix.home import STORE_NAME
+from nnix.store.sqlite import SqliteStore
+from nnix.testing.experiments import make_experiment, manager_for, run_experiment
+from nnix.testing.gpu import DescribedInventory
+
+PY = sys.executable
+SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
+
+
+def _trial(code_dir: Path, body: str) -> str:
+    (code_dir / "trial.py").write_text("import nni, os, sys, time, json\np = nni.get_next_parameter()\n" + body)
+    return f"{PY} trial.py"
+
+
+def _overlap(state) -> int:  # type: ignore[no-untyped-def]
+    points = []
+    for t in state.trials.values():
+        if t.started_at is not None:
+            points += [(t.started_at, 1), (t.ended_at or 1e18, -1)]
+    cur = best = 0
+    for _, d in sorted(points, key=lambda p: (p[0], p[1])):
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def test_concurrency_limit_and_trial_count(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "time.sleep(0.3)\nnni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=2, maxTrialNumber=6)
+    st = run_experiment(d)
+    assert st.status is ExperimentStatus.DONE
+    assert len(st.trials) == 6
+    assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values())
+    assert _overlap(st) == 2
+    assert sorted(t.sequence_id for t in st.trials.values()) == list(range(6))
+    assert all(t.final_value == t.params["x"] for t in st.trials.values())
+
+
+def test_failed_trial_does_not_stop_the_experiment(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "if nni.get_sequence_id() == 1:\n    print('boom', file=sys.stderr); sys.exit(4)\n"
+                 "nni.report_final_result(1)\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=3)
+    st = run_experiment(d)
+    statuses = {t.sequence_id: t.status for t in st.trials.values()}
+    assert statuses == {0: TrialStatus.SUCCEEDED, 1: TrialStatus.FAILED, 2: TrialStatus.SUCCEEDED}
+    failed = next(t for t in st.trials.values() if t.sequence_id == 1)
+    assert failed.exit_code == 4 and "boom" in failed.message
+    assert st.status is ExperimentStatus.DONE
+
+
+def test_max_trial_duration_kills_as_early_stopped(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "time.sleep(30)\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=1, maxTrialDuration="1s")
+    t0 = time.monotonic()
+    st = run_experiment(d, kill_grace=1.0)
+    assert time.monotonic() - t0 < 20  # the trial itself would sleep 30 s
+    (t,) = st.trials.values()
+    assert t.status is TrialStatus.EARLY_STOPPED
+    assert t.cancel_reason is CancelReason.MAX_TRIAL_DURATION
+
+
+def test_max_experiment_duration_stops_creating_but_lets_trials_finish(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "time.sleep(0.8)\nnni.report_final_result(1)\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxExperimentDuration="2s")
+    st = run_experiment(d)
+    assert st.status is ExperimentStatus.DONE
+    assert 2 <= len(st.trials) <= 4
+    assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values())  # none killed
+    last = max(st.trials.values(), key=lambda t: t.sequence_id)
+    assert last.ended_at is not None and last.started_at is not None
+
+
+def test_grid_exhaustion_ends_the_experiment(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "nni.report_final_result(p['a'])\n")
+    space = {"a": {"_type": "choice", "_value": [1, 2, 3]}}
+    _, d = make_experiment(tmp_path, searchSpace=space, trialCommand=cmd, trialConcurrency=2,
+                           tuner={"name": "GridSearch"})
+    st = run_experiment(d)
+    assert st.status is ExperimentStatus.DONE
+    assert sorted(t.params["a"] for t in st.trials.values()) == [1, 2, 3]
+
+
+def test_trial_environment_and_params_as_args(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "nni.report_final_result({'default': 1, 'env': {k: os.environ.get(k) for k in "
+                 "['NNI_PLATFORM','NNI_EXP_ID','NNI_TRIAL_JOB_ID','NNI_TRIAL_SEQ_ID','CUDA_VISIBLE_DEVICES']}, "
+                 "'argv': sys.argv[1:], 'cwd': os.getcwd()})\n")
+    exp_id, d = make_experiment(tmp_path, searchSpace={"lr": {"_type": "choice", "_value": [0.5]}},
+                                trialCommand=cmd, maxTrialNumber=1, trialParamsAsArgs=True)
+    st = run_experiment(d)
+    (t,) = st.trials.values()
+    assert t.final is not None
+    v = t.final.value
+    assert v["env"] == {"NNI_PLATFORM": "local", "NNI_EXP_ID": exp_id, "NNI_TRIAL_JOB_ID": t.trial_id,
+                        "NNI_TRIAL_SEQ_ID": "0", "CUDA_VISIBLE_DEVICES": None}
+    assert v["argv"] == ["--lr=0.5"]
+    assert Path(v["cwd"]) == tmp_path
+
+
+def test_gpu_scheduling_one_gpu_host_runs_trial_gpu_number_1(tmp_path: Path) -> None:
+    """NNI 3.0 refuses this (issue #5776); here the trials share the single GPU one at a time."""
+    cmd = _trial(tmp_path, "time.sleep(0.2)\nnni.report_final_result({'default': 1, "
+                 "'cuda': os.environ.get('CUDA_VISIBLE_DEVICES')})\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=2, maxTrialNumber=3,
+                           trialGpuNumber=1, trainingService={"platform": "local", "useActiveGpu": False})
+    st = run_experiment(d, inventory=DescribedInventory.idle(1))
+    assert st.status is ExperimentStatus.DONE
+    assert [t.final.value["cuda"] for t in st.trials.values() if t.final] == ["0", "0", "0"]
+    assert _overlap(st) == 1  # one GPU, one trial at a time despite concurrency 2
+    assert all(t.gpus == (0,) for t in st.trials.values())
+
+
+def test_gpu_number_zero_hides_gpus(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "nni.report_final_result({'default': 1, 'cuda': os.environ.get('CUDA_VISIBLE_DEVICES')})\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=1, trialGpuNumber=0)
+    st = run_experiment(d, inventory=DescribedInventory.idle(2))
+    (t,) = st.trials.values()
+    assert t.final is not None and t.final.value["cuda"] == ""
+
+
+def test_user_cancel_and_stop(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "time.sleep(30)\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=2)
+    manager = manager_for(d, kill_grace=1.0)
+
+    async def main() -> None:
+        run = asyncio.ensure_future(manager.run())
+        while len([t for t in manager.state.trials.values() if t.status is TrialStatus.RUNNING]) < 2:
+            await asyncio.sleep(0.02)
+        first = next(iter(manager.state.trials))
+        assert manager.cancel_trial(first)
+        while manager.state.trials[first].is_active:
+            await asyncio.sleep(0.02)
+        manager.request_stop()
+        await asyncio.wait_for(run, 15)
+
+    asyncio.run(main())
+    st = manager.state
+    trials = list(st.trials.values())
+    assert trials[0].status is TrialStatus.USER_CANCELED
+    assert st.status is ExperimentStatus.STOPPED
+    assert all(not t.is_active for t in trials)
+    assert all(t.status is TrialStatus.USER_CANCELED for t in trials)
+    manager.store.close()
+
+
+def test_resume_continues_sequence_ids_and_keeps_history(tmp_path: Path) -> None:
+    cmd = _trial(tmp_path, "nni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=3)
+    first = run_experiment(d)
+    assert first.status is ExperimentStatus.DONE
+    store = SqliteStore(d / STORE_NAME)
+    from nnix.core.events import LimitsUpdated
+
+    store.append([LimitsUpdated("max_trial_number", 5)])
+    store.close()
+    second = run_experiment(d, action="resume")
+    assert second.status is ExperimentStatus.DONE
+    assert sorted(t.sequence_id for t in second.trials.values()) == [0, 1, 2, 3, 4]
+    assert len({t.trial_id for t in second.trials.values()}) == 5
+    params = [json.dumps(t.params, sort_keys=True) for t in second.trials.values()]
+    assert len(set(params)) == 5  # the tuner continued, it did not restart its sequence
+    started = [s for s in SqliteStore(d / STORE_NAME).read() if isinstance(s.event, TrialStarted)]
+    assert len(started) == 5
