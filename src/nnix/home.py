@@ -117,10 +117,15 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
-def read_state(exp_dir: Path) -> ExperimentState:
+# the events that make an experiment's status, limits, manager and elapsed time (no trials)
+SUMMARY_KINDS = ("ExperimentCreated", "ManagerStarted", "ManagerHeartbeat", "StatusChanged", "LimitsUpdated")
+
+
+def read_state(exp_dir: Path, summary: bool = False) -> ExperimentState:
+    """Fold an experiment's log; ``summary=True`` skips trial events (fast: status, pid, port)."""
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     try:
-        return fold(store.read())
+        return fold(store.read(kinds=SUMMARY_KINDS if summary else None))
     finally:
         store.close()
 
@@ -132,3 +137,11 @@ def effective_status(state: ExperimentState) -> ExperimentStatus:
     return state.status
 
 
+
+
+def trial_count(exp_dir: Path) -> int:
+    store = SqliteStore(exp_dir / STORE_NAME, create=False)
+    try:
+        return store.count("TrialCreated")
+    finally:
+        store.close()

@@ -81,13 +81,32 @@ def process_start_token(pid: int) -> str | None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """True while a live (non-zombie) process is in the process group ``pgid``.
+
+    ``killpg(pgid, 0)`` alone is not enough: orphaned zombies (reaped late by some init
+    processes) still count as members and would make every kill wait for the grace period."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+            return True
+    return False
 
 
 def read_exit_code(channel: Path) -> int | None:

@@ -57,7 +57,7 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
     """Stop an experiment's manager (SIGTERM, as NNI). A manager that died is recorded STOPPED."""
     entry = Registry().get(exp_id)
     exp_dir = Path(entry.dir)
-    state = read_state(exp_dir)
+    state = read_state(exp_dir, summary=True)
     pid = state.manager_pid
     if (pid_alive(pid) and state.status.is_active) or (pid_alive(pid) and state.status is ExperimentStatus.DONE):
         assert pid is not None
@@ -80,7 +80,7 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
 
 def running_port(exp_id: str) -> int:
     """The REST port of a running experiment's manager, or a clear error."""
-    state = read_state(Path(Registry().get(exp_id).dir))
+    state = read_state(Path(Registry().get(exp_id).dir), summary=True)
     if not pid_alive(state.manager_pid) or state.manager_port is None:
         raise ManagerUnreachableError(
             f"experiment {exp_id} is not running", f"resume it first: nnix resume {exp_id}"
@@ -107,7 +107,7 @@ def import_records(exp_id: str, data: Any) -> int:
 
     records = validate_import(data)
     entry = Registry().get(exp_id)
-    state = read_state(Path(entry.dir))
+    state = read_state(Path(entry.dir), summary=True)
     if pid_alive(state.manager_pid) and state.manager_port and state.manager_action != "view":
         rest_call(state.manager_port, "/experiment/import-data", "POST", records)
     else:

@@ -64,7 +64,7 @@ def resolve_id(exp_id: str | None) -> str:
     running = []
     for e in reg.all():
         try:
-            if effective_status(read_state(Path(e.dir))).is_active:
+            if effective_status(read_state(Path(e.dir), summary=True)).is_active:
                 running.append(e.id)
         except NnixError:
             continue
@@ -93,7 +93,7 @@ def _start(exp_id: str, action: str, port: int, foreground: bool) -> None:
 
     spawn_daemon(exp_id, action, port)
     entry = Registry().get(exp_id)
-    state = read_state(Path(entry.dir))
+    state = read_state(Path(entry.dir), summary=True)
     typer.echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}.")
     typer.echo(f"  Web UI / REST:  http://127.0.0.1:{state.manager_port}")
     typer.echo(f"  Status:         nnix experiment status {exp_id}")
@@ -130,7 +130,7 @@ def create(
 def _ensure_not_running(exp_id: str) -> None:
     from nnix.home import Registry, pid_alive, read_state
 
-    state = read_state(Path(Registry().get(exp_id).dir))
+    state = read_state(Path(Registry().get(exp_id).dir), summary=True)
     if pid_alive(state.manager_pid) and state.manager_action != "view":
         raise NnixError(f"experiment {exp_id} is already running (pid {state.manager_pid})", f"nnix stop {exp_id}")
 
@@ -190,7 +190,7 @@ def stop(
     if all_ or port is not None:
         ids = []
         for e in Registry().all():
-            st = read_state(Path(e.dir))
+            st = read_state(Path(e.dir), summary=True)
             running = effective_status(st).is_active or (st.manager_action == "view" and pid_alive(st.manager_pid))
             if running and (port is None or st.manager_port == port):
                 ids.append(e.id)
@@ -337,7 +337,7 @@ def experiment_list(all_: Annotated[bool, typer.Option("--all", help="Include st
     from rich.console import Console
     from rich.table import Table
 
-    from nnix.home import Registry, effective_status, read_state
+    from nnix.home import Registry, effective_status, read_state, trial_count
 
     table = Table()
     for col in ("id", "name", "status", "port", "platform", "trials", "start", "end"):
@@ -345,7 +345,8 @@ def experiment_list(all_: Annotated[bool, typer.Option("--all", help="Include st
     shown = 0
     for e in sorted(Registry().all(), key=lambda e: e.created):
         try:
-            st = read_state(Path(e.dir))
+            st = read_state(Path(e.dir), summary=True)
+            n_trials = trial_count(Path(e.dir))
         except NnixError:
             continue
         status = effective_status(st)
@@ -354,7 +355,7 @@ def experiment_list(all_: Annotated[bool, typer.Option("--all", help="Include st
         shown += 1
         table.add_row(
             e.id, e.name or "-", status.value, str(st.manager_port or "-") if status.is_active else "-", e.platform,
-            str(len(st.trials)), _fmt_time(st.created_at), _fmt_time(st.end_time),
+            str(n_trials), _fmt_time(st.created_at), _fmt_time(st.end_time),
         )
     if shown == 0:
         typer.echo("no experiments" + ("" if all_ else " running (--all shows stopped ones)"))
@@ -412,7 +413,7 @@ def experiment_delete(
     targets = []
     for e in entries:
         try:
-            status = effective_status(read_state(Path(e.dir)))
+            status = effective_status(read_state(Path(e.dir), summary=True))
         except NnixError:
             status = None
         if status is not None and status.is_active:

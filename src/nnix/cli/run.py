@@ -166,15 +166,18 @@ def run_manager(
             return run.result()
         finally:
             server.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(serving, 2.0)
+            serving.cancel()  # the manager is done: no graceful HTTP shutdown to wait for
+            with contextlib.suppress(BaseException):
+                await serving
             progress.stop()
+            logging.getLogger("nnix.manager").info("REST server closed")
 
     try:
         return asyncio.run(main())
     finally:
         manager.store.close()
         sock.close()
+        logging.getLogger("nnix.manager").info("manager exits")
 
 
 def spawn_daemon(exp_id: str, action: str, port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> int:
@@ -204,7 +207,7 @@ def spawn_daemon(exp_id: str, action: str, port: int, host: str = "127.0.0.1", t
         if proc.poll() is not None:
             tail = (log_dir / "nnictl_stderr.log").read_text(errors="replace").strip().splitlines()[-5:]
             raise NnixError(f"the experiment manager exited at start (code {proc.returncode})", " | ".join(tail))
-        state = read_state(Path(entry.dir))
+        state = read_state(Path(entry.dir), summary=True)
         if state.manager_pid == proc.pid and state.manager_port:
             try:
                 rest_get(state.manager_port, "/check-status", host=host, timeout=0.5)

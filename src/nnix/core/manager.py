@@ -451,6 +451,7 @@ class ExperimentManager:
     async def _stop(self) -> None:
         if self.state.status is ExperimentStatus.DONE and not self.state.active_trials:
             return  # a finished experiment stays DONE
+        log.info("stop requested: canceling %d active trials", len(self.state.active_trials))
         self._set_status(ExperimentStatus.STOPPING, "stop requested")
         for t in self.state.active_trials:
             if t.cancel_reason is None:
@@ -472,6 +473,7 @@ class ExperimentManager:
         if self._kills:
             await asyncio.gather(*self._kills, return_exceptions=True)
         self._set_status(ExperimentStatus.STOPPED)
+        log.info("stopped")
 
 
 def _scalar(value: Any) -> float | None:

@@ -8,7 +8,7 @@ processes may append to one store (the CLI writes, e.g., STOPPED for a manager t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,8 +27,8 @@ class Store(Protocol):
         """Append ``events`` atomically (all or none); return them with their seq and timestamp."""
         ...
 
-    def read(self, since: int = 0) -> list[Stored]:
-        """Every stored event with ``seq > since``, oldest first."""
+    def read(self, since: int = 0, kinds: Collection[str] | None = None) -> list[Stored]:
+        """Every stored event with ``seq > since`` (only of ``kinds``, if given), oldest first."""
         ...
 
     def close(self) -> None: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from nnix.core.events import Event
 from nnix.store.base import Stored
@@ -20,8 +20,8 @@ class MemoryStore:
         self._events.extend(out)
         return out
 
-    def read(self, since: int = 0) -> list[Stored]:
-        return self._events[since:]
+    def read(self, since: int = 0, kinds: Collection[str] | None = None) -> list[Stored]:
+        return [s for s in self._events[since:] if kinds is None or s.event.kind in kinds]
 
     def close(self) -> None:
         pass

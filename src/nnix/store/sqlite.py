@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 from nnix.core.events import Event, decode, encode
 from nnix.errors import StoreError
@@ -74,14 +75,25 @@ class SqliteStore:
             raise StoreError(f"cannot write to experiment store {self.path}: {e}") from e
         return out
 
-    def read(self, since: int = 0) -> list[Stored]:
+    def read(self, since: int = 0, kinds: Collection[str] | None = None) -> list[Stored]:
+        query = "SELECT seq, ts, kind, body FROM events WHERE seq > ?"
+        args: list[Any] = [since]
+        if kinds is not None:
+            query += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
         try:
-            rows = self._db.execute(
-                "SELECT seq, ts, kind, body FROM events WHERE seq > ? ORDER BY seq", (since,)
-            ).fetchall()
+            rows = self._db.execute(query + " ORDER BY seq", args).fetchall()
         except sqlite3.Error as e:
             raise StoreError(f"cannot read experiment store {self.path}: {e}") from e
         return [Stored(seq, ts, decode(kind, body)) for seq, ts, kind, body in rows]
+
+    def count(self, kind: str) -> int:
+        """How many events of ``kind`` the log holds (a fast query for listings)."""
+        try:
+            row = self._db.execute("SELECT COUNT(*) FROM events WHERE kind = ?", (kind,)).fetchone()
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot read experiment store {self.path}: {e}") from e
+        return int(row[0])
 
     def close(self) -> None:
         self._db.close()
