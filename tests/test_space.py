@@ -444,7 +444,9 @@ def test_grid_epochs_skip_combinations_already_produced() -> None:
         (0.375, "a"),
         (0.375, "b"),  # epoch 3 ...
     ]
-    two = SearchSpace.from_json({"x": {"_type": "uniform", "_value": [0, 4]}, "y": {"_type": "uniform", "_value": [0, 4]}})
+    two = SearchSpace.from_json(
+        {"x": {"_type": "uniform", "_value": [0, 4]}, "y": {"_type": "uniform", "_value": [0, 4]}}
+    )
     assert [(p["x"], p["y"]) for p in itertools.islice(grid(two), 9)] == [
         (2.0, 2.0),
         (2.0, 1.0),

@@ -48,6 +48,7 @@ def batch_entries(space: SearchSpace, path: str = "searchSpace") -> list[Params]
         issues.append(
             FieldIssue(f"{path}.{name}._type", f"Batch needs a choice, got {spec['_type']!r}", f"e.g. {_EXAMPLE}")
         )
+        raise SearchSpaceError(issues)
     entries: list[Any] = list(spec["_value"])
     for i, entry in enumerate(entries):
         if not isinstance(entry, Mapping):

@@ -1,0 +1,172 @@
+"""The CLI end to end, through real processes: the example, bad configs, a daemon steered by
+`update` / `trial kill` / `stop`, and kill -9 of the manager followed by `nnix resume`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from nnix.core.events import TrialStarted
+from nnix.core.state import ExperimentState
+from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
+from nnix.home import STORE_NAME, Registry, pid_alive, read_state
+from nnix.store.sqlite import SqliteStore
+
+REPO = Path(__file__).resolve().parents[2]
+NNIX = [sys.executable, "-m", "nnix.cli.main"]
+
+
+def nnix(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NNIX, *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+
+
+def _state(exp_id: str) -> ExperimentState:
+    return read_state(Path(Registry().get(exp_id).dir))
+
+
+def _wait(cond: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def _created_id(out: str) -> str:
+    for line in out.splitlines():
+        if line.startswith("Experiment ") and "started" in line:
+            return line.split()[1]
+    raise AssertionError(out)
+
+
+def _config(tmp_path: Path, trial_body: str, **extra: Any) -> Path:
+    (tmp_path / "trial.py").write_text("import nni, time, sys\np = nni.get_next_parameter()\n" + trial_body)
+    cfg = {
+        "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}},
+        "trialCommand": f"{sys.executable} trial.py",
+        "trialCodeDirectory": ".",
+        "trialConcurrency": 1,
+        "tuner": {"name": "Random"},
+        "trainingService": {"platform": "local"},
+        **extra,
+    }
+    path = tmp_path / "config.yml"
+    path.write_text(json.dumps(cfg))  # JSON is YAML
+    return path
+
+
+def test_example_experiment_end_to_end(tmp_path: Path) -> None:
+    r = nnix("create", "--config", str(REPO / "examples/branin/config.yml"), "--foreground", "--port", "0")
+    assert r.returncode == 0, r.stderr
+    assert "DONE" in r.stdout and "trials 40/40: 40 succeeded" in r.stdout
+    exp_id = r.stdout.strip().splitlines()[-1].split()[1].rstrip(":")
+    st = _state(exp_id)
+    assert st.status is ExperimentStatus.DONE
+    assert all(len(t.intermediate) == 5 and t.final is not None for t in st.trials.values())
+    out = tmp_path / "out.csv"
+    assert nnix("experiment", "export", exp_id, "--type", "csv", "--filename", str(out)).returncode == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 40 and set(rows[0]) == {"x1", "x2", "reward", "trialJobId"}
+    ls = nnix("trial", "ls", exp_id, "--json")
+    assert len(json.loads(ls.stdout)) == 40
+
+
+def test_bad_config_reports_every_field_with_exit_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yml"
+    cfg.write_text(
+        "searchSpace: {x: {_type: uniformm, _value: [0, 1]}}\n"
+        "trialCommand: python3 t.py\n"
+        "trialConcurency: 2\n"
+        "maxExperimentDuration: 10x\n"
+        "tuner: {name: Random}\n"
+        "trainingService: {platform: local}\n"
+    )
+    r = nnix("create", "--config", str(cfg))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr + r.stdout
+    assert "trialConcurency" in r.stderr and "did you mean 'trialConcurrency'" in r.stderr
+    assert "maxExperimentDuration" in r.stderr
+    assert "searchSpace.x._type" in r.stderr
+
+
+def test_daemon_update_kill_and_stop(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "time.sleep(60)\n")
+    r = nnix("create", "--config", str(cfg), "--port", "0")
+    assert r.returncode == 0, r.stderr
+    exp_id = _created_id(r.stdout)
+    try:
+        _wait(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 1)
+        time.sleep(0.3)
+        assert _state(exp_id).count(TrialStatus.RUNNING) == 1  # concurrency 1 holds
+        assert nnix("update", "concurrency", exp_id, "--value", "2").returncode == 0
+        _wait(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 2)
+        first = next(iter(_state(exp_id).trials))
+        pid = _state(exp_id).trials[first].pid
+        k = nnix("trial", "kill", exp_id, "--trial_id", first)
+        assert k.returncode == 0, k.stderr
+        _wait(lambda: _state(exp_id).trials[first].status is TrialStatus.USER_CANCELED)
+        assert not pid_alive(pid)
+    finally:
+        s = nnix("stop", exp_id)
+    assert s.returncode == 0, s.stderr
+    st = _state(exp_id)
+    assert st.status is ExperimentStatus.STOPPED
+    assert not any(t.is_active for t in st.trials.values())
+    assert not pid_alive(st.manager_pid)
+    again = nnix("trial", "kill", exp_id, "-T", first)
+    assert again.returncode == 1 and "not running" in again.stderr
+
+
+def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
+    cfg = _config(
+        tmp_path,
+        "for i in range(20):\n    nni.report_intermediate_result(i)\n    time.sleep(0.1)\n"
+        "nni.report_final_result(p['x'])\n",
+        trialConcurrency=2,
+        maxTrialNumber=4,
+    )
+    r = nnix("create", "--config", str(cfg), "--port", "0")
+    assert r.returncode == 0, r.stderr
+    exp_id = _created_id(r.stdout)
+
+    def two_running_with_metrics() -> bool:
+        st = _state(exp_id)
+        running = [t for t in st.trials.values() if t.status is TrialStatus.RUNNING]
+        return len(running) == 2 and all(len(t.intermediate) >= 3 for t in running)
+
+    _wait(two_running_with_metrics)
+    st = _state(exp_id)
+    os.kill(st.manager_pid or 0, signal.SIGKILL)
+    _wait(lambda: not pid_alive(st.manager_pid))
+    running_before = {t.trial_id: t.pid for t in st.trials.values() if t.status is TrialStatus.RUNNING}
+    assert all(pid_alive(p) for p in running_before.values())  # trials outlive their manager
+    time.sleep(0.5)  # they keep reporting while no manager listens
+    listed = nnix("experiment", "list", "--all")
+    assert "STOPPED" in listed.stdout
+
+    res = nnix("resume", exp_id, "--foreground", "--port", "0")
+    assert res.returncode == 0, res.stderr
+    st = _state(exp_id)
+    assert st.status is ExperimentStatus.DONE
+    assert len(st.trials) == 4
+    assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values()), [t.message for t in st.trials.values()]
+    assert sorted(t.sequence_id for t in st.trials.values()) == [0, 1, 2, 3]
+    for t in st.trials.values():
+        seqs = [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL]
+        assert seqs == list(range(20)), (t.trial_id, seqs)  # every metric, exactly once
+        assert sum(m.type is MetricType.FINAL for m in t.metrics) == 1
+    started = Counter(
+        s.event.trial_id for s in SqliteStore(Path(Registry().get(exp_id).dir) / STORE_NAME).read()
+        if isinstance(s.event, TrialStarted)
+    )
+    assert set(started.values()) == {1}  # re-attached, not re-run
+    assert all(st.trials[tid].pid == pid for tid, pid in running_before.items())
