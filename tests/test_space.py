@@ -537,6 +537,13 @@ def test_grid_points_are_valid_and_distinct_for_a_mixed_space() -> None:
     assert {p["c"] for p in points} == {1, 2}
 
 
+def test_grid_does_not_materialise_huge_randints() -> None:
+    space = SearchSpace.from_json(
+        {"seed": {"_type": "randint", "_value": [0, 2**40]}, "c": {"_type": "choice", "_value": [1, 2]}}
+    )
+    assert list(itertools.islice(grid(space), 3)) == [{"seed": 0, "c": 1}, {"seed": 0, "c": 2}, {"seed": 1, "c": 1}]
+
+
 def test_grid_of_empty_space_is_one_empty_point() -> None:
     assert list(grid(SearchSpace.from_json({}))) == [{}]
 

@@ -34,7 +34,7 @@ import copy
 import difflib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Literal, cast, get_args
@@ -619,7 +619,9 @@ class _Axis:
 
     def __init__(self, param: Param) -> None:
         self.param = param
-        self.values: list[Any] = []
+        self._list: list[float] = []
+        # categorical axes hold a range (never materialised: randint may span billions of values)
+        self.values: Sequence[Any] = self._list
         self.bar = 0
         self.done = False
         self._known: set[float] = set()
@@ -639,9 +641,9 @@ class _Axis:
         p = self.param
         if p.is_categorical:
             if p.nested or p.type == "choice":
-                self.values = list(range(len(p.choices)))
+                self.values = range(len(p.choices))
             else:
-                self.values = list(range(int(cast(float, p.low)), int(cast(float, p.high))))
+                self.values = range(int(cast(float, p.low)), int(cast(float, p.high)))
             self.done = True
             return True
         points = 1 << (epoch - 1)
@@ -666,9 +668,9 @@ class _Axis:
     def _add(self, v: float) -> None:
         if v not in self._known:
             self._known.add(v)
-            self.values.append(v)
+            self._list.append(v)
 
-    def _quantile_map(self) -> Any:
+    def _quantile_map(self) -> Callable[[float], float]:
         p = self.param
         if p.type in _UNIFORM_FAMILY:
             low, high = p.internal_bounds()

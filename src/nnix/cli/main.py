@@ -91,7 +91,7 @@ def _start(exp_id: str, action: str, port: int, foreground: bool) -> None:
     from nnix.cli.run import spawn_daemon
     from nnix.home import Registry, read_state
 
-    spawn_daemon(exp_id, action, port)
+    spawn_daemon(exp_id, action, port, fork=True)
     entry = Registry().get(exp_id)
     state = read_state(Path(entry.dir), summary=True)
     typer.echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}.")

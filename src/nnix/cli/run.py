@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import importlib
 import logging
 import os
 import signal
@@ -111,6 +112,8 @@ class Progress:
 
 
 async def _serve(manager: ExperimentManager, sock: socket.socket, read_only: bool) -> Any:
+    # importing the web stack takes ~0.1 s: do it in a thread so the first trials start meanwhile
+    await asyncio.to_thread(importlib.import_module, "uvicorn")
     import uvicorn
 
     from nnix.api.app import create_app
@@ -157,7 +160,6 @@ def run_manager(
             run = asyncio.ensure_future(manager.view(actual_port, host))
         else:
             run = asyncio.ensure_future(manager.run(action, actual_port, host))
-        await asyncio.sleep(0)  # let the manager launch its first trials before importing the server
         server, serving = await _serve(manager, sock, action == "view")
         try:
             while not run.done():
@@ -180,8 +182,14 @@ def run_manager(
         logging.getLogger("nnix.manager").info("manager exits")
 
 
-def spawn_daemon(exp_id: str, action: str, port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> int:
-    """Start a detached manager process and wait until it answers. Returns its pid."""
+def spawn_daemon(
+    exp_id: str, action: str, port: int, host: str = "127.0.0.1", timeout: float = 20.0, fork: bool = False
+) -> int:
+    """Start a detached manager process and wait until it answers. Returns its pid.
+
+    ``fork=True`` (the CLI) forks this process, which has already imported and validated
+    everything, instead of starting a fresh interpreter: the experiment starts ~0.3 s sooner.
+    Only safe in a single-threaded process, so the Python API does not use it."""
     entry = Registry().get(exp_id)
     log_dir = Path(entry.dir) / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -193,6 +201,8 @@ def spawn_daemon(exp_id: str, action: str, port: int, host: str = "127.0.0.1", t
     err.write(header)
     out.flush()
     err.flush()
+    if fork:
+        return _await_daemon(_ForkedDaemon(exp_id, action, port, host, out, err), exp_id, log_dir, host, timeout)
     proc = subprocess.Popen(
         [sys.executable, "-m", "nnix.cli.daemon", exp_id, action, str(port), host],
         stdin=subprocess.DEVNULL,
@@ -202,6 +212,11 @@ def spawn_daemon(exp_id: str, action: str, port: int, host: str = "127.0.0.1", t
     )
     out.close()
     err.close()
+    return _await_daemon(proc, exp_id, log_dir, host, timeout)
+
+
+def _await_daemon(proc: Any, exp_id: str, log_dir: Path, host: str, timeout: float) -> int:
+    entry = Registry().get(exp_id)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -211,8 +226,44 @@ def spawn_daemon(exp_id: str, action: str, port: int, host: str = "127.0.0.1", t
         if state.manager_pid == proc.pid and state.manager_port:
             try:
                 rest_get(state.manager_port, "/check-status", host=host, timeout=0.5)
-                return proc.pid
+                return int(proc.pid)
             except ManagerUnreachableError:
                 pass
         time.sleep(0.05)
     raise NnixError(f"the experiment manager did not answer within {timeout:.0f} s", f"see {log_dir}")
+
+
+class _ForkedDaemon:
+    """A manager daemon forked from this process; quacks like ``subprocess.Popen`` for waiting."""
+
+    def __init__(self, exp_id: str, action: str, port: int, host: str, out: Any, err: Any) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the daemon
+            code = 1
+            try:
+                os.setsid()
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                from nnix.cli.daemon import main as daemon_main
+
+                code = daemon_main([exp_id, action, str(port), host])
+            finally:
+                logging.shutdown()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        self.pid = pid
+        self.returncode: int | None = None
+        out.close()
+        err.close()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
