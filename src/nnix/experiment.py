@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from nnix.agent.runner import RunnerEvent
-from nnix.config import ExperimentConfig, LoadedConfig, load_config
+from nnix.assessors.base import Assessor
+from nnix.config import AlgorithmConfig, ExperimentConfig, LoadedConfig, load_config
 from nnix.core.events import ExperimentCreated
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import fold
 from nnix.core.status import ExperimentStatus
 from nnix.errors import TunerError
 from nnix.home import STORE_NAME, Entry, Registry
-from nnix.registry import resolve
+from nnix.registry import Kind, resolve
 from nnix.services.base import TrainingService
 from nnix.store.sqlite import SqliteStore
 from nnix.trial import shim_path
@@ -46,18 +47,23 @@ def create(loaded: LoadedConfig | ExperimentConfig, experiment_id: str | None = 
     return exp_id, exp_dir
 
 
-def build_tuner(config: ExperimentConfig) -> tuple[Tuner, Direction]:
-    cls = resolve("tuner", config.tuner.ref())
+def build_algorithm(kind: Kind, algo: AlgorithmConfig) -> tuple[Any, Direction]:
+    """Instantiate a tuner or assessor from its config section; its direction from ``optimize_mode``."""
+    cls = resolve(kind, algo.ref())
     args_model = getattr(cls, "Args", None)
     if args_model is None:
         raise TunerError(
-            f"{config.tuner.class_name or config.tuner.name} is not an nnix tuner (no Args model)",
-            "NNI-style custom tuners are not supported yet",
+            f"{algo.class_name or algo.name} is not an nnix {kind} (it has no Args model)",
+            f"NNI-style custom {kind}s are not supported yet",
         )
-    args = args_model.model_validate(config.tuner.class_args)
+    args = args_model.model_validate(algo.class_args)
     mode = getattr(args, "optimize_mode", None)
     direction = Direction(mode) if mode in ("maximize", "minimize") else Direction.MAXIMIZE
-    tuner: Tuner = cls(args)
+    return cls(args), direction
+
+
+def build_tuner(config: ExperimentConfig) -> tuple[Tuner, Direction]:
+    tuner, direction = build_algorithm("tuner", config.tuner)
     return tuner, direction
 
 
@@ -84,6 +90,9 @@ def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_optio
     state = fold(store.read())
     config = ExperimentConfig.model_validate(state.config)
     tuner, direction = build_tuner(config)
+    assessor: Assessor | None = None
+    if config.assessor is not None:
+        assessor, _ = build_algorithm("assessor", config.assessor)
     return ExperimentManager(
         store=store,
         exp_dir=exp_dir,
@@ -91,6 +100,7 @@ def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_optio
         direction=direction,
         service_factory=service_factory(config, **service_options),
         shim_path=shim_path(),
+        assessor=assessor,
         exit_when_done=exit_when_done,
     )
 

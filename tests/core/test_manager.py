@@ -173,3 +173,58 @@ def test_resume_continues_sequence_ids_and_keeps_history(tmp_path: Path) -> None
     assert len(set(params)) == 5  # the tuner continued, it did not restart its sequence
     started = [s for s in SqliteStore(d / STORE_NAME).read() if isinstance(s.event, TrialStarted)]
     assert len(started) == 5
+
+
+ALGOS = '''
+from nnix.tuners.base import TunerArgs
+from nnix.assessors.base import Decision
+
+
+class SerialTuner:
+    """Proposes only when nothing runs: exercises the "not now" answer."""
+
+    Args = TunerArgs
+
+    def __init__(self, args):
+        pass
+
+    def suggest(self, ctx, ids):
+        if any(r.status.value in ("WAITING", "RUNNING") for r in ctx.history):
+            return []
+        return [{"x": len(ctx.history)}][: len(ids)]
+
+
+class AboveFive:
+    Args = TunerArgs
+
+    def __init__(self, args):
+        pass
+
+    def assess(self, ctx, trial):
+        return Decision.BAD if trial.intermediate[-1] > 5 else Decision.GOOD
+'''
+
+
+def test_tuner_not_now_waits_instead_of_ending(tmp_path: Path) -> None:
+    (tmp_path / "algos.py").write_text(ALGOS)
+    cmd = _trial(tmp_path, "time.sleep(0.1)\nnni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=3, maxTrialNumber=3,
+                           tuner={"className": "algos.SerialTuner", "codeDirectory": str(tmp_path)})
+    st = run_experiment(d)
+    assert st.status is ExperimentStatus.DONE
+    assert sorted(t.params["x"] for t in st.trials.values()) == [0, 1, 2]
+    assert _overlap(st) == 1
+
+
+def test_assessor_early_stops_hopeless_trials(tmp_path: Path) -> None:
+    (tmp_path / "algos.py").write_text(ALGOS)
+    cmd = _trial(tmp_path, "for i in range(100):\n    nni.report_intermediate_result(i if nni.get_sequence_id() == 0 "
+                 "else 0)\n    time.sleep(0.02)\nnni.report_final_result(1)\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=2, maxTrialNumber=2,
+                           assessor={"className": "algos.AboveFive", "codeDirectory": str(tmp_path)})
+    st = run_experiment(d, kill_grace=1.0)
+    by_seq = {t.sequence_id: t for t in st.trials.values()}
+    assert by_seq[0].status is TrialStatus.EARLY_STOPPED
+    assert by_seq[0].cancel_reason is CancelReason.EARLY_STOP
+    assert 6 <= len(by_seq[0].intermediate) < 100
+    assert by_seq[1].status is TrialStatus.SUCCEEDED and len(by_seq[1].intermediate) == 100

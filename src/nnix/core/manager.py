@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nnix.agent.runner import Exited, Metrics, RunnerEvent, TrialSpec
+from nnix.assessors.base import Assessor, AssessorContext, Decision
 from nnix.core.events import (
     DataImported,
     Event,
@@ -79,6 +80,7 @@ class ExperimentManager:
         direction: Direction,
         service_factory: Callable[[Callable[[RunnerEvent], None]], TrainingService],
         shim_path: str,
+        assessor: Assessor | None = None,
         clock: Callable[[], float] = time.time,
         heartbeat: float = 10.0,
         exit_when_done: bool = True,
@@ -86,6 +88,7 @@ class ExperimentManager:
         self.store = store
         self.exp_dir = exp_dir
         self.tuner = tuner
+        self.assessor = assessor
         self.direction = direction
         self.clock = clock
         self.state: ExperimentState = fold(store.read())
@@ -102,6 +105,7 @@ class ExperimentManager:
         self._kills: set[asyncio.Task[None]] = set()
         self._listeners: list[Callable[[], None]] = []
         self._waiting_note = ""
+        self._assessed: dict[str, int] = {}
 
     # --- recording ---------------------------------------------------------------------------
     def record(self, *events: Event) -> None:
@@ -184,7 +188,7 @@ class ExperimentManager:
         t = self.state.trials.get(ev.trial_id)
         if t is None:
             return
-        out: list[Event] = []
+        out: list[MetricReported] = []
         last = t.last_index
         for index, msg in ev.items:
             if index <= last:
@@ -199,6 +203,36 @@ class ExperimentManager:
             out.append(MetricReported(ev.trial_id, mtype, seq, msg.get("value"), index, t.parameter_id))
         if out:
             self.record(*out)
+            if self.assessor is not None and any(m.type is MetricType.PERIODICAL for m in out):
+                self._assess(ev.trial_id)
+
+    def _assess(self, trial_id: str) -> None:
+        t = self.state.trials[trial_id]
+        if not t.is_active or t.cancel_reason is not None or self.assessor is None:
+            return
+        # NNI: only the contiguous prefix of sequence numbers (0, 1, 2, ...) is assessed
+        by_seq = {m.sequence: m for m in t.intermediate}
+        prefix: list[float] = []
+        while len(prefix) in by_seq:
+            v = _scalar(by_seq[len(prefix)].value)
+            if v is None:
+                break
+            prefix.append(v)
+        if len(prefix) <= self._assessed.get(trial_id, 0):
+            return  # the contiguous prefix did not grow
+        self._assessed[trial_id] = len(prefix)
+        record = TrialRecord(t.parameter_id if t.parameter_id is not None else -1, t.params, t.status,
+                             t.final_value, tuple(prefix))
+        history = [r for r in self._history() if r.parameter_id != record.parameter_id] + [record]
+        try:
+            decision = self.assessor.assess(AssessorContext(self.direction, tuple(history)), record)
+        except Exception as e:  # an assessor bug must not kill the experiment
+            log.exception("assessor crashed on trial %s", trial_id)
+            self._set_status(ExperimentStatus.ERROR, f"assessor crashed: {type(e).__name__}: {e}")
+            return
+        if decision is Decision.BAD:
+            log.info("assessor: trial %s is hopeless after %d results: early stop", trial_id, len(prefix))
+            self.cancel_trial(trial_id, CancelReason.EARLY_STOP)
 
     def _record_exit(self, ev: Exited) -> None:
         t = self.state.trials.get(ev.trial_id)
@@ -245,9 +279,11 @@ class ExperimentManager:
             )
         return out
 
-    def _ask(self, n: int) -> list[dict[str, Any]]:
+    async def _ask(self, n: int) -> list[dict[str, Any]]:
         ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
         ctx = TunerContext(self._search_space(), self.direction, self.state.seed, tuple(self._history()))
+        if getattr(self.tuner, "heavy", False):
+            return (await asyncio.to_thread(self.tuner.suggest, ctx, ids))[:n]
         return self.tuner.suggest(ctx, ids)[:n]
 
     # --- scheduling --------------------------------------------------------------------------
@@ -260,7 +296,7 @@ class ExperimentManager:
             return f"maxExperimentDuration ({max_d} s) reached"
         return None
 
-    def _create_trials(self) -> None:
+    async def _create_trials(self) -> None:
         if self._tuner_exhausted or self._limit_reached() or self.state.status not in (
             ExperimentStatus.RUNNING, ExperimentStatus.TUNER_NO_MORE_TRIAL
         ):
@@ -273,7 +309,7 @@ class ExperimentManager:
         if n <= 0:
             return
         try:
-            proposals = self._ask(n)
+            proposals = await self._ask(n)
         except NoMoreTrialsError as e:
             self._tuner_exhausted = True
             log.info("tuner: %s", e.message)
@@ -296,7 +332,8 @@ class ExperimentManager:
             pid += 1
         if events:
             self.record(*events)
-        if len(proposals) < n:
+        if not proposals and not self.state.active_trials:
+            # "not now" with nothing running: nothing can ever change the tuner's mind
             self._tuner_exhausted = True
 
     def spec_for(self, t: TrialState) -> TrialSpec:
@@ -408,7 +445,7 @@ class ExperimentManager:
                     await self._stop()
                     break
                 if self.state.status is not ExperimentStatus.ERROR:
-                    self._create_trials()
+                    await self._create_trials()
                     await self._launch_waiting()
                 deadline = self._enforce_trial_duration()
                 self._process_inbox()

@@ -6,8 +6,14 @@ Invariants every tuner keeps (checked by ``nnix.testing.tuners.TunerContract``):
 * **Rebuildable.** Everything a tuner knows comes from ``ctx.history``; a fresh instance given
   the same context proposes the same parameters. Resume therefore needs no checkpoint.
 * **In bounds.** Every proposal is a valid point of ``ctx.space``.
-* ``suggest`` may return fewer proposals than asked; it raises :class:`NoMoreTrialsError` only
-  when it can return none at all.
+* ``suggest`` may return fewer proposals than asked, even none: that means "not now" (e.g. a
+  Hyperband round waits for its trials); the manager asks again when something changes (a trial
+  ends, a metric arrives). It raises :class:`NoMoreTrialsError` when it will never propose
+  again. Returning nothing while no trial is active also ends the experiment (nothing could
+  change its mind).
+* Running trials are in ``ctx.history`` (status RUNNING, no value): model-based tuners use them
+  to avoid proposing near-duplicates (constant liar or equivalent).
+* A tuner with ``heavy = True`` is called in a worker thread so it never blocks the loop.
 """
 
 from __future__ import annotations

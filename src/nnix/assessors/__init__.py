@@ -1,0 +1,1 @@
+"""Assessors: pure algorithms that decide whether a running trial is worth continuing."""
