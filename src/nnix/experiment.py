@@ -22,7 +22,6 @@ from nnix.home import STORE_NAME, Entry, Registry
 from nnix.registry import Kind, resolve
 from nnix.services.base import TrainingService
 from nnix.store.sqlite import SqliteStore
-from nnix.trial import shim_path
 from nnix.tuners.base import Direction, Tuner
 
 
@@ -99,7 +98,6 @@ def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_optio
         tuner=tuner,
         direction=direction,
         service_factory=service_factory(config, **service_options),
-        shim_path=shim_path(),
         assessor=assessor,
         exit_when_done=exit_when_done,
     )

@@ -9,14 +9,13 @@ import time
 from pathlib import Path
 
 from nnix.agent.runner import Exited, Metrics, RunnerEvent, Started, TrialRunner, TrialSpec
-from nnix.trial import shim_path
 
 
 def _spec(tmp_path: Path, tid: str, command: str) -> TrialSpec:
     out = tmp_path / tid
     out.mkdir(parents=True, exist_ok=True)
     record = {"parameter_id": 0, "parameter_source": "algorithm", "parameters": {"x": 3}, "parameter_index": 0}
-    env = {"PYTHONPATH": shim_path(), "NNI_PLATFORM": "local", "NNI_TRIAL_JOB_ID": tid}
+    env = {"NNI_PLATFORM": "local", "NNI_TRIAL_JOB_ID": tid}
     return TrialSpec(tid, command, tmp_path, out, record, env)
 
 

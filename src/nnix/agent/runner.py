@@ -24,6 +24,7 @@ from typing import Any
 
 from nnix.agent.channel import CHANNEL_ENV, MetricReader, write_parameter
 from nnix.errors import ServiceError
+from nnix.trial import shim_path
 
 # The wrapper runs the user's command in a subshell (so `exit` in it cannot skip the bookkeeping)
 # and records the exit status where a resumed manager can find it.
@@ -50,6 +51,7 @@ class Started:
     pid_start: str | None
     output_dir: str
     gpus: tuple[int, ...] | None = None
+    environment_id: str = "local-env"
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,10 @@ class TrialRunner:
         write_parameter(channel, spec.record)
         env = dict(os.environ)
         env.update(spec.env)
+        pythonpath = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = shim_path() + (os.pathsep + pythonpath if pythonpath else "")  # `import nni` works
+        env["NNI_SYS_DIR"] = env["NNI_OUTPUT_DIR"] = str(spec.output_dir)
+        env["NNI_CODE_DIR"] = str(spec.code_dir)
         env[CHANNEL_ENV] = str(channel)
         env["NNIX_TRIAL_COMMAND"] = spec.command
         try:

@@ -79,7 +79,6 @@ class ExperimentManager:
         tuner: Tuner,
         direction: Direction,
         service_factory: Callable[[Callable[[RunnerEvent], None]], TrainingService],
-        shim_path: str,
         assessor: Assessor | None = None,
         clock: Callable[[], float] = time.time,
         heartbeat: float = 10.0,
@@ -93,7 +92,6 @@ class ExperimentManager:
         self.clock = clock
         self.state: ExperimentState = fold(store.read())
         self.service = service_factory(self._on_service_event)
-        self._shim = shim_path
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
         self._inbox: list[RunnerEvent] = []
@@ -343,17 +341,14 @@ class ExperimentManager:
         command = str(cfg["trial_command"])
         if cfg.get("trial_params_as_args") and isinstance(t.params, dict):
             command = f"{command} {params_as_args(t.params)}"
-        pythonpath = os.environ.get("PYTHONPATH")
+        # location-dependent variables (NNI_SYS_DIR, NNI_OUTPUT_DIR, NNI_CODE_DIR, PYTHONPATH with the
+        # nni shim) are set by the agent that runs the trial, which knows where things are
         env = {
-            "NNI_PLATFORM": "local",
+            "NNI_PLATFORM": self.service.platform,
             "NNI_EXP_ID": self.experiment_id,
             "NNI_TRIAL_JOB_ID": t.trial_id,
-            "NNI_SYS_DIR": str(out),
-            "NNI_OUTPUT_DIR": str(out),
             "NNI_TRIAL_SEQ_ID": str(t.sequence_id),
-            "NNI_CODE_DIR": str(cfg["trial_code_directory"]),
             "NNIX_NAN_POLICY": str(cfg.get("nan_policy") or "error"),
-            "PYTHONPATH": self._shim + (os.pathsep + pythonpath if pythonpath else ""),
         }
         record = {
             "parameter_id": t.parameter_id,
@@ -380,7 +375,8 @@ class ExperimentManager:
                 self._waiting_note = self.service.waiting_reason()
                 return  # keep creation order: later trials wait too
             self.record(
-                TrialStarted(t.trial_id, "local-env", started.output_dir, started.pid, started.pid_start, started.gpus)
+                TrialStarted(t.trial_id, started.environment_id, started.output_dir, started.pid, started.pid_start,
+                             started.gpus)
             )
 
     def _enforce_trial_duration(self) -> float | None:
