@@ -1,0 +1,133 @@
+"""The agent protocol: versioned JSON messages between the manager and the agents in environments.
+
+Small on purpose. Every engine (local, SSH, Slurm, Ray, Kubernetes, OpenPAI) speaks it; a service
+only starts and stops environments that run ``python -m nnix.agent``.
+
+Envelope: ``{"v": PROTOCOL, "seq": n, "type": "<name>", "body": {...}}``. ``seq`` counts messages
+per direction and per agent, so a message re-sent after a network cut is recognised and applied
+once. Types:
+
+agent → manager   ``hello`` (version, environment, resources, trials it still runs),
+                  ``started``, ``metrics``, ``exited`` (the runner's events), ``heartbeat``
+manager → agent   ``run`` (a :class:`~nnix.agent.runner.TrialSpec`), ``kill``, ``shutdown``
+
+Version rule: manager and agent must agree on (major, minor) of the nnix version, compared as
+integers (so 0.10 is not 0.1 — NNI compared strings and got two-digit minors wrong).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nnix.agent.runner import Exited, Metrics, Started, TrialSpec
+
+PROTOCOL = 1
+
+
+@dataclass(frozen=True)
+class Hello:
+    environment_id: str
+    version: str
+    resources: dict[str, Any] = field(default_factory=dict)  # {"cpus": n, "gpus": [{index, util, ...}]}
+    running: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Run:
+    spec: TrialSpec
+
+
+@dataclass(frozen=True)
+class Kill:
+    trial_id: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    reason: str = ""
+
+
+Message = Hello | Heartbeat | Started | Metrics | Exited | Run | Kill | Shutdown
+
+_TYPES: dict[str, type[Any]] = {
+    "hello": Hello,
+    "heartbeat": Heartbeat,
+    "started": Started,
+    "metrics": Metrics,
+    "exited": Exited,
+    "run": Run,
+    "kill": Kill,
+    "shutdown": Shutdown,
+}
+_NAMES = {cls: name for name, cls in _TYPES.items()}
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the protocol (wrong version, unknown type, bad body)."""
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, TrialSpec):
+        body = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        body["code_dir"], body["output_dir"] = str(obj.code_dir), str(obj.output_dir)
+        return body
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [_plain(x) for x in obj]
+    if isinstance(obj, list):
+        return [_plain(x) for x in obj]
+    return obj
+
+
+def encode(message: Message, seq: int) -> dict[str, Any]:
+    return {"v": PROTOCOL, "seq": seq, "type": _NAMES[type(message)], "body": _plain(message)}
+
+
+def decode(envelope: Any) -> tuple[int, Message]:
+    """``(seq, message)`` from an envelope; raises :class:`ProtocolError` with a clear reason."""
+    if not isinstance(envelope, dict):
+        raise ProtocolError("a message must be a JSON object")
+    if envelope.get("v") != PROTOCOL:
+        raise ProtocolError(f"protocol version {envelope.get('v')!r} is not {PROTOCOL}: upgrade nnix on both sides")
+    cls = _TYPES.get(str(envelope.get("type")))
+    if cls is None:
+        raise ProtocolError(f"unknown message type {envelope.get('type')!r}")
+    body = envelope.get("body")
+    seq = envelope.get("seq")
+    if not isinstance(body, dict) or not isinstance(seq, int):
+        raise ProtocolError("a message needs an integer 'seq' and an object 'body'")
+    try:
+        if cls is Run:
+            spec = dict(body["spec"])
+            spec["code_dir"], spec["output_dir"] = Path(spec["code_dir"]), Path(spec["output_dir"])
+            return seq, Run(TrialSpec(**spec))
+        if cls is Metrics:
+            return seq, Metrics(body["trial_id"], [(int(i), dict(m)) for i, m in body["items"]])
+        if cls is Started and body.get("gpus") is not None:
+            body = {**body, "gpus": tuple(body["gpus"])}
+        message: Message = cls(**body)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ProtocolError(f"bad {envelope.get('type')} message: {e}") from e
+    return seq, message
+
+
+def versions_compatible(manager: str, agent: str) -> bool:
+    """Same (major, minor), compared as integers."""
+
+    def key(v: str) -> tuple[int, int]:
+        parts = ([*v.split("."), "0", "0"])[:2]
+        try:
+            return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+        except ValueError:
+            return (-1, -1)
+
+    return key(manager) == key(agent) and key(manager) != (-1, -1)
