@@ -1,0 +1,66 @@
+"""The Python API (NNI's ``Experiment``) and legacy v1 configs, end to end."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from nnix import Experiment
+from nnix.core.status import ExperimentStatus, TrialStatus
+from nnix.home import Registry, read_state
+
+TRIAL = "import nni\np = nni.get_next_parameter()\nnni.report_final_result(p['x'] ** 2)\n"
+
+
+def test_experiment_run_blocks_until_done(tmp_path: Path) -> None:
+    (tmp_path / "trial.py").write_text(TRIAL)
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({
+        "searchSpace": {"x": {"_type": "choice", "_value": [1, 2, 3]}},
+        "trialCommand": f"{sys.executable} trial.py", "trialConcurrency": 2,
+        "tuner": {"name": "GridSearch"}, "trainingService": {"platform": "local"},
+    }))
+    exp = Experiment(cfg)
+    assert exp.run(port=0) is True
+    assert exp.id is not None
+    st = read_state(Path(Registry().get(exp.id).dir))
+    assert sorted(t.final_value or 0 for t in st.trials.values()) == [1, 4, 9]
+
+
+def test_experiment_start_and_stop_a_daemon(tmp_path: Path) -> None:
+    (tmp_path / "trial.py").write_text("import nni, time\nnni.get_next_parameter()\ntime.sleep(60)\n")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({
+        "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}},
+        "trialCommand": f"{sys.executable} trial.py", "trialConcurrency": 1,
+        "tuner": {"name": "Random"}, "trainingService": {"platform": "local"},
+    }))
+    exp = Experiment(cfg)
+    exp_id = exp.start(port=0)
+    exp_dir = Path(Registry().get(exp_id).dir)
+    deadline = time.monotonic() + 30
+    while read_state(exp_dir).count(TrialStatus.RUNNING) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    exp.stop()
+    st = read_state(exp_dir)
+    assert st.status is ExperimentStatus.STOPPED
+    assert st.count(TrialStatus.USER_CANCELED) == 1
+
+
+def test_legacy_v1_config_runs(tmp_path: Path) -> None:
+    (tmp_path / "trial.py").write_text(TRIAL)
+    (tmp_path / "space.json").write_text(json.dumps({"x": {"_type": "choice", "_value": [2, 5]}}))
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(
+        "authorName: someone\nexperimentName: v1\ntrialConcurrency: 1\nmaxExecDuration: 1h\nmaxTrialNum: 2\n"
+        "trainingServicePlatform: local\nsearchSpacePath: space.json\nuseAnnotation: false\n"
+        "tuner:\n  builtinTunerName: GridSearch\n"
+        f"trial:\n  command: {sys.executable} trial.py\n  codeDir: .\n  gpuNum: 0\n"
+    )
+    exp = Experiment(cfg)
+    assert exp.run(port=0) is True
+    st = read_state(Path(Registry().get(exp.id or "").dir))
+    assert sorted(t.final_value or 0 for t in st.trials.values()) == [4, 25]
+    assert st.config["trial_gpu_number"] == 0
