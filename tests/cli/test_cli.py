@@ -170,3 +170,38 @@ def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
     )
     assert set(started.values()) == {1}  # re-attached, not re-run
     assert all(st.trials[tid].pid == pid for tid, pid in running_before.items())
+
+
+def test_update_limits_import_logs_and_delete(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, "time.sleep(60)\n", maxTrialNumber=1)
+    r = nnix("create", "--config", str(cfg), "--port", "0")
+    assert r.returncode == 0, r.stderr
+    exp_id = _created_id(r.stdout)
+    try:
+        _wait(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 1)
+        assert nnix("update", "trialnum", exp_id, "-v", "3").returncode == 0
+        assert nnix("update", "duration", exp_id, "-v", "2h").returncode == 0
+        bad = nnix("update", "duration", exp_id, "-v", "2x")
+        assert bad.returncode != 0 and "2x" in bad.stderr
+        space = tmp_path / "space.json"
+        space.write_text(json.dumps({"x": {"_type": "choice", "_value": [7]}}))
+        assert nnix("update", "searchspace", exp_id, "-f", str(space)).returncode == 0
+        assert nnix("update", "concurrency", exp_id, "-v", "2").returncode == 0
+        _wait(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 2)
+        st = _state(exp_id)
+        assert st.limits["max_trial_number"] == 3 and st.limits["max_experiment_duration"] == 7200
+        newest = max(st.trials.values(), key=lambda t: t.sequence_id)
+        assert newest.params == {"x": 7}  # the tuner uses the new search space
+        logs = nnix("log", "trial", exp_id)
+        assert all(t in logs.stdout for t in st.trials)
+    finally:
+        assert nnix("stop", exp_id).returncode == 0
+    data = tmp_path / "prior.json"
+    data.write_text(json.dumps([{"parameter": {"x": 0.5}, "value": 0.25}]))
+    imp = nnix("experiment", "import", exp_id, "-f", str(data))
+    assert imp.returncode == 0, imp.stderr
+    assert _state(exp_id).imported == [{"parameter": {"x": 0.5}, "value": 0.25}]
+    exp_dir = Path(Registry().get(exp_id).dir)
+    assert nnix("experiment", "delete", exp_id, "--yes").returncode == 0
+    assert not exp_dir.exists()
+    assert exp_id not in nnix("experiment", "list", "--all").stdout
