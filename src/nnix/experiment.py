@@ -86,7 +86,7 @@ def service_factory(config: ExperimentConfig, **options: Any) -> ServiceFactory:
 
 def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_options: Any) -> ExperimentManager:
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
-    state = fold(store.read())
+    state = fold(store.read(kinds=("ExperimentCreated",)))
     config = ExperimentConfig.model_validate(state.config)
     tuner, direction = build_tuner(config)
     assessor: Assessor | None = None

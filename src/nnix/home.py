@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nnix.core.state import ExperimentState, fold
+from nnix.core.state import ExperimentState, fold, fold_store
 from nnix.core.status import ExperimentStatus
 from nnix.errors import ExperimentNotFoundError
 from nnix.store.sqlite import SqliteStore
@@ -125,7 +125,7 @@ def read_state(exp_dir: Path, summary: bool = False) -> ExperimentState:
     """Fold an experiment's log; ``summary=True`` skips trial events (fast: status, pid, port)."""
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     try:
-        return fold(store.read(kinds=SUMMARY_KINDS if summary else None))
+        return fold(store.read(kinds=SUMMARY_KINDS)) if summary else fold_store(store)
     finally:
         store.close()
 

@@ -60,3 +60,20 @@ def test_two_writers_interleave_without_loss(tmp_path: Path) -> None:
         a.append([StatusChanged(ExperimentStatus.RUNNING)])
         b.append([StatusChanged(ExperimentStatus.DONE)])
     assert len(a.read()) == 40
+
+
+def test_replay_fast_path_equals_the_plain_fold(tmp_path: Path) -> None:
+    from nnix.core.events import ExperimentCreated, MetricReported, TrialEnded
+    from nnix.core.state import fold, fold_store
+    from nnix.core.status import MetricType, TrialStatus
+
+    s = SqliteStore(tmp_path / "s.sqlite")
+    s.append([ExperimentCreated("e", {"trial_concurrency": 1}, 3), TrialCreated("a", 0, 0, {"x": 1})])
+    s.append([MetricReported("a", MetricType.PERIODICAL, i, {"default": i, "k": [1]}, i, 0) for i in range(5)])
+    s.append([MetricReported("a", MetricType.FINAL, 0, float("nan"), 5, 0), TrialEnded("a", TrialStatus.SUCCEEDED, 0)])
+    slow, fast = fold(s.read()), fold_store(s)
+    assert fast.last_seq == slow.last_seq
+    fm, sm = fast.trials["a"].metrics, slow.trials["a"].metrics
+    assert [(m.type, m.sequence, m.index, m.ts) for m in fm] == [(m.type, m.sequence, m.index, m.ts) for m in sm]
+    assert [m.value for m in fm[:5]] == [{"default": i, "k": [1]} for i in range(5)]
+    assert fast.trials["a"].last_index == 5 and fast.trials["a"].status is TrialStatus.SUCCEEDED

@@ -8,8 +8,10 @@ default keeps old logs readable; never rename or remove one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -137,10 +139,38 @@ def _json_default(obj: Any) -> Any:
 
 
 def encode(event: Event) -> str:
+    if type(event) is MetricReported:  # the hot event (millions in big experiments): a compact row
+        return json.dumps(metric_row(event), separators=(",", ":"), allow_nan=True)
     body = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
     return json.dumps(body, default=_json_default, separators=(",", ":"), allow_nan=True)
 
 
+def metric_row(e: MetricReported) -> list[Any]:
+    """``[trial_id, type, sequence, index, parameter_id, value]``: how a metric is stored."""
+    return [e.trial_id, e.type.value, e.sequence, e.index, e.parameter_id, e.value]
+
+
+
+
+_ENUM_TYPES: tuple[type[Any], ...] = (TrialStatus, ExperimentStatus, MetricType, CancelReason)
+
+
+@functools.cache
+def _decoder(kind: str) -> tuple[frozenset[str], tuple[tuple[str, Callable[[Any], Any]], ...]]:
+    """Per event kind, once: its field names and the converters JSON values need (enums, tuples)."""
+    cls = Event.KINDS[kind]
+    names = frozenset(f.name for f in dataclasses.fields(cls))
+    converters: list[tuple[str, Callable[[Any], Any]]] = []
+    for f in dataclasses.fields(cls):
+        text = str(f.type)
+        for enum in _ENUM_TYPES:
+            if enum.__name__ in text:
+                converters.append((f.name, enum))
+                break
+        else:
+            if text.startswith("tuple"):
+                converters.append((f.name, tuple))
+    return names, tuple(converters)
 
 
 def decode(kind: str, body: str) -> Event:
@@ -148,24 +178,17 @@ def decode(kind: str, body: str) -> Event:
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
     data = json.loads(body)
-    hints = {f.name: f.type for f in dataclasses.fields(cls)}
-    for name, hint in hints.items():
-        if name not in data:
-            continue
-        value = data[name]
-        text = str(hint)
-        if "TrialStatus" in text and value is not None:
-            data[name] = TrialStatus(value)
-        elif "ExperimentStatus" in text and value is not None:
-            data[name] = ExperimentStatus(value)
-        elif "MetricType" in text and value is not None:
-            data[name] = MetricType(value)
-        elif "CancelReason" in text and value is not None:
-            data[name] = CancelReason(value)
-        elif text.startswith("tuple") and isinstance(value, list):
-            data[name] = tuple(value)
-    known = {k: v for k, v in data.items() if k in hints}
-    return cls(**known)
+    if isinstance(data, list):  # a compact metric row
+        tid, mtype, sequence, index, parameter_id, value = data
+        return MetricReported(tid, MetricType(mtype), sequence, value, index, parameter_id)
+    names, converters = _decoder(kind)
+    for name, convert in converters:
+        value = data.get(name)
+        if value is not None:
+            data[name] = convert(value)
+    if len(data) != len(names) or not names.issuperset(data):
+        data = {k: v for k, v in data.items() if k in names}  # written by a newer nnix: ignore new fields
+    return cls(**data)
 
 
 def is_finite_number(value: Any) -> bool:

@@ -7,15 +7,19 @@ fsync every commit (``synchronous=FULL``).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nnix.core.events import Event, decode, encode
 from nnix.errors import StoreError
 from nnix.store.base import Stored
+
+if TYPE_CHECKING:
+    from nnix.core.state import ExperimentState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -82,10 +86,30 @@ class SqliteStore:
             query += f" AND kind IN ({','.join('?' * len(kinds))})"
             args.extend(kinds)
         try:
-            rows = self._db.execute(query + " ORDER BY seq", args).fetchall()
+            cur = self._db.execute(query + " ORDER BY seq", args)
+            out: list[Stored] = []
+            while rows := cur.fetchmany(4096):  # decode in batches: never two copies of a big log
+                out.extend(Stored(seq, ts, decode(kind, body)) for seq, ts, kind, body in rows)
         except sqlite3.Error as e:
             raise StoreError(f"cannot read experiment store {self.path}: {e}") from e
-        return [Stored(seq, ts, decode(kind, body)) for seq, ts, kind, body in rows]
+        return out
+
+    def replay(self, state: ExperimentState) -> None:
+        """Fold every event after ``state.last_seq`` into ``state``, streaming; metric rows take a
+        fast path that skips building event objects (a 1M-metric log folds in seconds)."""
+        try:
+            cur = self._db.execute(
+                "SELECT seq, ts, kind, body FROM events WHERE seq > ? ORDER BY seq", (state.last_seq,)
+            )
+            loads = json.loads
+            while rows := cur.fetchmany(4096):
+                for seq, ts, kind, body in rows:
+                    if kind == "MetricReported" and body[0] == "[":
+                        state.apply_metric_row(seq, ts, loads(body))
+                    else:
+                        state.apply(Stored(seq, ts, decode(kind, body)))
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot read experiment store {self.path}: {e}") from e
 
     def count(self, kind: str) -> int:
         """How many events of ``kind`` the log holds (a fast query for listings)."""
