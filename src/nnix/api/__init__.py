@@ -1,1 +1,2 @@
-"""The REST API served by the manager process (NNI-compatible routes under /api/v1/nni)."""
+"""The HTTP side of an experiment's manager: NNI-compatible REST (/api/v1/nni), the native API with
+live events (/api/nnix/v1, OpenAPI at /api/nnix/v1/openapi.json) and the web UI (/)."""

@@ -1,253 +1,110 @@
-"""REST routes served by an experiment's manager.
+"""The HTTP app served by an experiment's manager: NNI-compatible REST (``/api/v1/nni``, in
+:mod:`nnix.api.compat`), the native API with live events (``/api/nnix/v1``, :mod:`nnix.api.native`)
+and the web UI (``/``, :mod:`nnix.api.static`).
 
-``/api/v1/nni/...`` keeps NNI's paths and payload shapes (metric values double-encoded as JSON
-strings, times in milliseconds) so tools written against NNI keep working. Every handler reads
-the manager's folded state; every change goes through the manager, which records it first.
+Nothing a client sends can crash the manager: every handler is guarded (refusals become 4xx
+``{"error": ...}``, bugs a logged 500), request bodies are size-limited and validated before any
+manager method is called, and handlers run on the manager's loop without blocking it for long.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import logging
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
 
-from nnix import __version__
-from nnix.config import ExperimentConfig
+from nnix.api import compat, native, static
+from nnix.api.auth import TokenMiddleware
+from nnix.api.common import ApiContext, ApiError, Handler, error
+from nnix.api.compat import PREFIX, UPDATES, metric_record, profile, trial_info
+from nnix.api.sse import EventHub
+from nnix.api.views import TrialViews
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState
-from nnix.core.status import TrialStatus
-from nnix.errors import InputError, NnixError
+from nnix.errors import NnixError
 
-PREFIX = "/api/v1/nni"
+__all__ = ["PREFIX", "UPDATES", "ApiApp", "create_app", "metric_record", "profile", "trial_info"]
 
-
-def _ms(ts: float | None) -> int | None:
-    return None if ts is None else int(ts * 1000)
+log = logging.getLogger("nnix.api")
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, allow_nan=True)
-
-
-def metric_record(t: TrialState, m: Metric) -> dict[str, Any]:
-    return {
-        "timestamp": _ms(m.ts),
-        "trialJobId": t.trial_id,
-        "parameterId": None if t.parameter_id is None else str(t.parameter_id),
-        "type": m.type.value,
-        "sequence": m.sequence,
-        "data": json.dumps(_dumps(m.value)),
-    }
-
-
-def trial_info(t: TrialState) -> dict[str, Any]:
-    record = {"parameter_id": t.parameter_id, "parameter_source": t.source, "parameters": t.params,
-              "parameter_index": 0}
-    info: dict[str, Any] = {
-        "trialJobId": t.trial_id,
-        "sequenceId": t.sequence_id,
-        "status": t.status.value,
-        "hyperParameters": [_dumps(record)],
-    }
-    if t.started_at is not None:
-        info["startTime"] = _ms(t.started_at)
-    if t.ended_at is not None:
-        info["endTime"] = _ms(t.ended_at)
-    if t.output_dir:
-        info["logPath"] = f"file://localhost:{t.output_dir}"
-        if t.status is TrialStatus.FAILED:
-            info["stderrPath"] = f"file://localhost:{t.output_dir}/trial.stderr"
-    if t.environment_id:
-        info["envId"] = t.environment_id
-    if t.message:
-        info["message"] = t.message
-    final = t.final
-    if final is not None:
-        info["finalMetricData"] = [metric_record(t, final)]
-    return info
-
-
-def profile(manager: ExperimentManager) -> dict[str, Any]:
-    st = manager.state
-    params = ExperimentConfig.model_validate(st.config).to_json()
-    limits = st.limits
-    params["trialConcurrency"] = limits.get("trial_concurrency")
-    for key, name in (("max_trial_number", "maxTrialNumber"), ("max_experiment_duration", "maxExperimentDuration")):
-        if limits.get(key) is None:
-            params.pop(name, None)
-        else:
-            params[name] = limits[key] if key == "max_trial_number" else f"{limits[key]}s"
-    params["searchSpace"] = limits.get("search_space")
-    prof: dict[str, Any] = {
-        "params": params,
-        "id": st.experiment_id,
-        "execDuration": int(st.elapsed(manager.clock())),
-        "logDir": str(manager.exp_dir),
-        "startTime": _ms(st.created_at),
-        "nextSequenceId": st.next_sequence_id,
-        "revision": st.last_seq,
-    }
-    if st.end_time is not None:
-        prof["endTime"] = _ms(st.end_time)
-    return prof
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-def _duration(value: Any) -> int:
-    from nnix.config import parse_duration
-
-    return parse_duration(value)
-
-
-UPDATES = {
-    "TRIAL_CONCURRENCY": ("trial_concurrency", "trialConcurrency"),
-    "MAX_TRIAL_NUM": ("max_trial_number", "maxTrialNumber"),
-    "MAX_EXEC_DURATION": ("max_experiment_duration", "maxExperimentDuration"),
-    "SEARCH_SPACE": ("search_space", "searchSpace"),
-}
-
-
-def create_app(manager: ExperimentManager, *, read_only: bool = False) -> Starlette:
-    async def version(_: Request) -> Response:
-        return JSONResponse(__version__)
-
-    async def check_status(_: Request) -> Response:
-        st = manager.state
-        status = "VIEWED" if read_only else st.status.value
-        return JSONResponse({"status": status, "errors": st.errors, "message": st.message,
-                             "waitingReason": manager.waiting_reason})
-
-    async def get_experiment(_: Request) -> Response:
-        return JSONResponse(profile(manager))
-
-    async def put_experiment(request: Request) -> Response:
-        if read_only:
-            return _error(400, "readonly mode: the experiment is only viewed")
-        kind = request.query_params.get("update_type", "")
-        if kind not in UPDATES:
-            return _error(400, f"update_type must be one of {', '.join(UPDATES)}")
-        field, camel = UPDATES[kind]
+def guard(handler: Handler) -> Handler:
+    async def guarded(request: Request) -> Response:
         try:
-            body = await request.json()
-            value = body["params"][camel]
-        except (ValueError, KeyError, TypeError):
-            return _error(400, f"body must be the experiment profile with params.{camel}")
-        try:
-            if field == "max_experiment_duration":
-                value = _duration(value)
-            elif field in ("trial_concurrency", "max_trial_number") and (
-                isinstance(value, bool) or not isinstance(value, int) or value <= 0
-            ):
-                return _error(400, f"{camel} must be a positive integer, got {value!r}")
-            manager.update_limit(field, value)
-        except InputError as e:
-            return _error(400, str(e))
+            return await handler(request)
+        except ApiError as e:
+            return error(e.status, e.message)
         except NnixError as e:
-            return _error(400, str(e))
-        return Response(status_code=200)
+            return error(400, e.message)
+        except Exception as e:  # a bug in a handler: answer 500, keep the manager running
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error(500, f"internal error: {type(e).__name__}: {e}")
 
-    async def delete_experiment(_: Request) -> Response:
-        manager.request_stop()
-        return Response(status_code=200)
+    return guarded
 
-    async def trial_jobs(request: Request) -> Response:
-        status = request.query_params.get("status")
-        trials = manager.state.trials.values()
-        if status:
-            trials = [t for t in trials if t.status.value == status]  # type: ignore[assignment]
-        return JSONResponse([trial_info(t) for t in trials])
 
-    async def trial_job(request: Request) -> Response:
-        t = manager.state.trials.get(request.path_params["id"])
-        if t is None:
-            return _error(404, f"trial {request.path_params['id']} not found")
-        return JSONResponse(trial_info(t))
+def _guarded(routes: list[Route]) -> list[BaseRoute]:
+    out: list[BaseRoute] = []
+    for r in routes:
+        methods = sorted((r.methods or {"GET"}) - {"HEAD"})
+        out.append(Route(r.path, guard(r.endpoint), methods=methods))
+    return out
 
-    async def kill_trial(request: Request) -> Response:
-        if read_only:
-            return _error(400, "readonly mode: the experiment is only viewed")
-        tid = request.path_params["id"]
-        if tid not in manager.state.trials:
-            return _error(404, f"trial {tid} not found")
-        manager.cancel_trial(tid)
-        return Response(status_code=200)
 
-    async def metric_data(request: Request) -> Response:
-        tid = request.path_params.get("id")
-        mtype = request.query_params.get("type")
-        out: list[dict[str, Any]] = []
-        for t in manager.state.trials.values():
-            if tid and t.trial_id != tid:
-                continue
-            out.extend(metric_record(t, m) for m in t.metrics if not mtype or m.type.value == mtype)
-        if tid and tid not in manager.state.trials:
-            return _error(404, f"trial {tid} not found")
-        return JSONResponse(out)
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if request.url.path.startswith("/api/"):
+        message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
+        return error(exc.status_code, message.get(exc.status_code, str(exc.detail)))
+    return PlainTextResponse(str(exc.detail), status_code=exc.status_code)
 
-    async def job_statistics(_: Request) -> Response:
-        counts: dict[str, int] = {}
-        for t in manager.state.trials.values():
-            counts[t.status.value] = counts.get(t.status.value, 0) + 1
-        return JSONResponse([{"trialJobStatus": k, "trialJobNumber": v} for k, v in counts.items()])
 
-    async def export_data(_: Request) -> Response:
-        rows = []
-        for t in manager.state.trials.values():
-            final = t.final
-            if final is not None:
-                rows.append({"parameter": t.params, "value": _dumps(final.value), "trialJobId": t.trial_id})
-        return JSONResponse(json.dumps(rows))
+class ApiApp:
+    """The outermost ASGI layer: whatever escapes the app is logged and answered with 500.
+    ``ctx`` gives tests and the server the shared context (manager, live-event hub)."""
 
-    async def import_data(request: Request) -> Response:
-        if read_only:
-            return _error(400, "readonly mode: the experiment is only viewed")
-        from nnix.cli.control import validate_import
+    def __init__(self, app: Any, ctx: ApiContext) -> None:
+        self.app = app
+        self.ctx = ctx
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        started = False
+
+        async def tracking_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
 
         try:
-            records = validate_import(await request.json())
-        except ValueError:
-            return _error(400, "body must be a JSON list of {parameter, value}")
-        except NnixError as e:
-            return _error(400, str(e))
-        manager.import_data(records)
-        return Response(status_code=200)
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("request %s failed", scope.get("path"))
+            if scope["type"] == "http" and not started:
+                body = b'{"error":"internal error"}'
+                await send({"type": "http.response.start", "status": 500,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": body})
 
-    async def trial_file(request: Request) -> Response:
-        tid, name = request.path_params["id"], request.path_params["name"]
-        t = manager.state.trials.get(tid)
-        if t is None or not t.output_dir:
-            return _error(404, f"trial {tid} not found or not started")
-        mapped = {"stdout": "trial.stdout", "stderr": "trial.stderr", "trial.log": "trial.log"}.get(name)
-        if mapped is None:
-            return _error(400, "filename must be stdout, stderr or trial.log")
-        from pathlib import Path
 
-        path = Path(t.output_dir) / mapped
-        text = path.read_text(errors="replace") if path.exists() else ""
-        return PlainTextResponse(text or f"{name} is empty.")
-
-    routes = [
-        Route(f"{PREFIX}/version", version),
-        Route(f"{PREFIX}/check-status", check_status),
-        Route(f"{PREFIX}/experiment", get_experiment, methods=["GET"]),
-        Route(f"{PREFIX}/experiment", put_experiment, methods=["PUT"]),
-        Route(f"{PREFIX}/experiment", delete_experiment, methods=["DELETE"]),
-        Route(f"{PREFIX}/trial-jobs", trial_jobs, methods=["GET"]),
-        Route(f"{PREFIX}/trial-jobs/{{id}}", trial_job, methods=["GET"]),
-        Route(f"{PREFIX}/trial-jobs/{{id}}", kill_trial, methods=["DELETE"]),
-        Route(f"{PREFIX}/metric-data", metric_data),
-        Route(f"{PREFIX}/metric-data/{{id}}", metric_data),
-        Route(f"{PREFIX}/job-statistics", job_statistics),
-        Route(f"{PREFIX}/export-data", export_data),
-        Route(f"{PREFIX}/experiment/import-data", import_data, methods=["POST"]),
-        Route(f"{PREFIX}/trial-file/{{id}}/{{name}}", trial_file),
-    ]
-    return Starlette(routes=routes)
-
+def create_app(manager: ExperimentManager, *, read_only: bool = False, token: str | None = None) -> ApiApp:
+    """The ASGI app for ``manager``. ``token``: require it on every API call (non-loopback binds)."""
+    views = TrialViews(manager)
+    hub = EventHub(manager, views, read_only)
+    ctx = ApiContext(manager=manager, read_only=read_only, views=views, hub=hub, token=token)
+    routes = _guarded(compat.routes(ctx) + native.routes(ctx) + static.routes())
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
+    app.state.ctx = ctx
+    inner: Any = TokenMiddleware(app, token) if token else app
+    try:  # served from the manager's loop: build the trial summaries before the first page asks
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is not None:
+        ctx.extra["warm"] = loop.create_task(views.warm())
+    return ApiApp(inner, ctx)

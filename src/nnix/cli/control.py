@@ -19,13 +19,14 @@ from nnix.store.sqlite import SqliteStore
 
 
 def rest_call(
-    port: int, path: str, method: str = "GET", body: Any = None, host: str = "127.0.0.1", timeout: float = 20.0
+    port: int, path: str, method: str = "GET", body: Any = None, host: str = "127.0.0.1", timeout: float = 20.0,
+    token: str | None = None,
 ) -> Any:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        f"http://{host}:{port}/api/v1/nni{path}", data=data, method=method,
-        headers={"Content-Type": "application/json"},
-    )
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(f"http://{host}:{port}/api/v1/nni{path}", data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
@@ -49,8 +50,20 @@ def rest_call(
         return raw.decode(errors="replace")
 
 
-def rest_get(port: int, path: str, host: str = "127.0.0.1", timeout: float = 20.0) -> Any:
-    return rest_call(port, path, host=host, timeout=timeout)
+def rest_get(port: int, path: str, host: str = "127.0.0.1", timeout: float = 20.0, token: str | None = None) -> Any:
+    return rest_call(port, path, host=host, timeout=timeout, token=token)
+
+
+def manager_call(exp_id: str, path: str, method: str = "GET", body: Any = None) -> Any:
+    """A REST call to a running experiment's manager, at its bind address, with its token if it has one."""
+    from nnix.api.auth import connect_host, read_token
+
+    exp_dir = Path(Registry().get(exp_id).dir)
+    state = read_state(exp_dir, summary=True)
+    if not pid_alive(state.manager_pid) or state.manager_port is None:
+        raise ManagerUnreachableError(f"experiment {exp_id} is not running", f"resume it first: nnix resume {exp_id}")
+    return rest_call(state.manager_port, path, method, body, host=connect_host(state.manager_host),
+                     token=read_token(exp_dir))
 
 
 def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
@@ -109,7 +122,7 @@ def import_records(exp_id: str, data: Any) -> int:
     entry = Registry().get(exp_id)
     state = read_state(Path(entry.dir), summary=True)
     if pid_alive(state.manager_pid) and state.manager_port and state.manager_action != "view":
-        rest_call(state.manager_port, "/experiment/import-data", "POST", records)
+        manager_call(entry.id, "/experiment/import-data", "POST", records)
     else:
         store = SqliteStore(Path(entry.dir) / STORE_NAME, create=False)
         try:

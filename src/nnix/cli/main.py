@@ -33,6 +33,11 @@ app.add_typer(log_app, name="log")
 
 IdArg = Annotated[str | None, typer.Argument(help="Experiment id (or unique prefix); default: the one running.")]
 PortOpt = Annotated[int, typer.Option("--port", "-p", help="REST/web UI port (0 = any free port).")]
+HostOpt = Annotated[
+    str,
+    typer.Option("--host", help="Address the REST API / web UI binds (default 127.0.0.1); any non-loopback "
+                 "address requires the experiment's token, printed once as a ?token= link."),
+]
 
 
 def err(message: str) -> None:
@@ -78,24 +83,41 @@ def resolve_id(exp_id: str | None) -> str:
 # --- create / resume / view / stop ---------------------------------------------------------------
 
 
-def _start(exp_id: str, action: str, port: int, foreground: bool) -> None:
+def _ui_url(host: str, port: int | str, token: str | None) -> str:
+    import socket
+
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+
+
+def _start(exp_id: str, action: str, port: int, foreground: bool, host: str = "127.0.0.1") -> None:
+    from nnix.api.auth import TOKEN_FILE, token_for_bind
+    from nnix.home import Registry
+
+    exp_dir = Path(Registry().get(exp_id).dir)
+    token = token_for_bind(exp_dir, host)
+    if token:
+        typer.echo(f"Listening on {host}: every REST call needs the experiment's token (the link below carries it; "
+                   f"the nnix CLI reads it from {exp_dir / TOKEN_FILE}).")
     if foreground:
+        if token:
+            typer.echo(f"  Web UI: {_ui_url(host, port, token)}" if port else f"  Token: {token}")
         from nnix.cli.run import run_manager
         from nnix.core.status import ExperimentStatus
 
-        status = run_manager(exp_id, action, port=port, live=True)
+        status = run_manager(exp_id, action, port=port, live=True, host=host)
         typer.echo(f"experiment {exp_id}: {status.value}")
         if status is ExperimentStatus.ERROR:
             raise typer.Exit(1)
         return
     from nnix.cli.run import spawn_daemon
-    from nnix.home import Registry, read_state
+    from nnix.home import read_state
 
-    spawn_daemon(exp_id, action, port, fork=True)
+    spawn_daemon(exp_id, action, port, host=host, fork=True)
     entry = Registry().get(exp_id)
     state = read_state(Path(entry.dir), summary=True)
     typer.echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}.")
-    typer.echo(f"  Web UI / REST:  http://127.0.0.1:{state.manager_port}")
+    typer.echo(f"  Web UI / REST:  {_ui_url(host, state.manager_port or port, token)}")
     typer.echo(f"  Status:         nnix experiment status {exp_id}")
     typer.echo(f"  Stop:           nnix stop {exp_id}")
 
@@ -104,6 +126,7 @@ def _start(exp_id: str, action: str, port: int, foreground: bool) -> None:
 def create(
     config: Annotated[Path, typer.Option("--config", "-c", help="Experiment config (NNI v1 or v2 YAML).")],
     port: PortOpt = 8080,
+    host: HostOpt = "127.0.0.1",
     debug: Annotated[bool, typer.Option("--debug", "-d", help="Debug logging.")] = False,
     foreground: Annotated[
         bool, typer.Option("--foreground", "-f", help="Run in this terminal with live progress; exit when done.")
@@ -124,7 +147,7 @@ def create(
     if url_prefix:
         typer.secho("warning: --url_prefix is ignored by nnix", err=True, fg=typer.colors.YELLOW)
     exp_id, _ = create_experiment(loaded, experiment_id)
-    _start(exp_id, "create", port, foreground)
+    _start(exp_id, "create", port, foreground, host)
 
 
 def _ensure_not_running(exp_id: str) -> None:
@@ -139,6 +162,7 @@ def _ensure_not_running(exp_id: str) -> None:
 def resume(
     experiment_id: Annotated[str, typer.Argument(help="Experiment id to resume.")],
     port: PortOpt = 8080,
+    host: HostOpt = "127.0.0.1",
     debug: Annotated[bool, typer.Option("--debug", "-d")] = False,
     foreground: Annotated[bool, typer.Option("--foreground", "-f")] = False,
     experiment_dir: Annotated[Path | None, typer.Option("--experiment_dir", "--experiment-dir", "-e")] = None,
@@ -146,7 +170,7 @@ def resume(
     """Resume a stopped (or crashed) experiment: ids, sequence numbers and tuner history continue."""
     exp_id = _adopt(experiment_id, experiment_dir)
     _ensure_not_running(exp_id)
-    _start(exp_id, "resume", port, foreground)
+    _start(exp_id, "resume", port, foreground, host)
 
 
 def _adopt(exp_id: str, experiment_dir: Path | None) -> str:
@@ -167,12 +191,13 @@ def _adopt(exp_id: str, experiment_dir: Path | None) -> str:
 def view(
     experiment_id: Annotated[str, typer.Argument(help="Experiment id to view.")],
     port: PortOpt = 8080,
+    host: HostOpt = "127.0.0.1",
     experiment_dir: Annotated[Path | None, typer.Option("--experiment_dir", "--experiment-dir", "-e")] = None,
 ) -> None:
     """Serve a stopped experiment read-only."""
     exp_id = _adopt(experiment_id, experiment_dir)
     _ensure_not_running(exp_id)
-    _start(exp_id, "view", port, False)
+    _start(exp_id, "view", port, False, host)
 
 
 @app.command()
@@ -207,10 +232,10 @@ def stop(
 
 
 def _update(exp_id: str | None, kind: str, camel: str, value: Any) -> None:
-    from nnix.cli.control import rest_call, running_port
+    from nnix.cli.control import manager_call
 
     eid = resolve_id(exp_id)
-    rest_call(running_port(eid), f"/experiment?update_type={kind}", "PUT", {"params": {camel: value}})
+    manager_call(eid, f"/experiment?update_type={kind}", "PUT", {"params": {camel: value}})
     typer.echo(f"experiment {eid}: {camel} updated to {value if kind != 'SEARCH_SPACE' else '(new search space)'}")
 
 
@@ -321,10 +346,10 @@ def trial_kill(
     trial_id: Annotated[str, typer.Option("--trial_id", "--trial-id", "-T", help="Trial to kill.")] = ...,  # type: ignore[assignment]
 ) -> None:
     """Kill a trial (its whole process tree); it becomes USER_CANCELED."""
-    from nnix.cli.control import rest_call, running_port
+    from nnix.cli.control import manager_call
 
     eid = resolve_id(experiment_id)
-    rest_call(running_port(eid), f"/trial-jobs/{trial_id}", "DELETE")
+    manager_call(eid, f"/trial-jobs/{trial_id}", "DELETE")
     typer.echo(f"trial {trial_id} of experiment {eid}: kill requested")
 
 

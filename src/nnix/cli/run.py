@@ -26,8 +26,11 @@ from nnix.home import Registry, read_state
 
 
 def bind(port: int, host: str = "127.0.0.1") -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto IPPROTO_TCP, so that asyncio sets TCP_NODELAY on accepted connections: without it every
+    # keep-alive response waits ~40 ms (Nagle + delayed ACK) between its headers and its body
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as e:
@@ -111,7 +114,7 @@ class Progress:
             print(summary_line(self.manager.state, time.time()), flush=True)
 
 
-async def _serve(manager: ExperimentManager, sock: socket.socket, read_only: bool) -> Any:
+async def _serve(manager: ExperimentManager, sock: socket.socket, read_only: bool, token: str | None = None) -> Any:
     # importing the web stack takes ~0.1 s: do it in a thread so the first trials start meanwhile
     await asyncio.to_thread(importlib.import_module, "uvicorn")
     import uvicorn
@@ -124,7 +127,7 @@ async def _serve(manager: ExperimentManager, sock: socket.socket, read_only: boo
         def capture_signals(self) -> Any:
             return contextlib.nullcontext()
 
-    config = uvicorn.Config(create_app(manager, read_only=read_only), log_level="warning", lifespan="off")
+    config = uvicorn.Config(create_app(manager, read_only=read_only, token=token), log_level="warning", lifespan="off")
     server = _Server(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     return server, task
@@ -143,6 +146,9 @@ def run_manager(
     """Run an experiment's manager in this process until it finishes or is stopped."""
     entry = Registry().get(exp_id)
     exp_dir = Path(entry.dir)
+    from nnix.api.auth import token_for_bind
+
+    token = token_for_bind(exp_dir, host)  # a non-loopback bind requires the experiment's token
     sock = bind(port, host)
     actual_port = sock.getsockname()[1]
     manager = build_manager(exp_dir, exit_when_done=exit_when_done, **service_options)
@@ -160,7 +166,7 @@ def run_manager(
             run = asyncio.ensure_future(manager.view(actual_port, host))
         else:
             run = asyncio.ensure_future(manager.run(action, actual_port, host))
-        server, serving = await _serve(manager, sock, action == "view")
+        server, serving = await _serve(manager, sock, action == "view", token)
         try:
             while not run.done():
                 await asyncio.wait({run}, timeout=0.5)
@@ -224,8 +230,11 @@ def _await_daemon(proc: Any, exp_id: str, log_dir: Path, host: str, timeout: flo
             raise NnixError(f"the experiment manager exited at start (code {proc.returncode})", " | ".join(tail))
         state = read_state(Path(entry.dir), summary=True)
         if state.manager_pid == proc.pid and state.manager_port:
+            from nnix.api.auth import connect_host, read_token
+
             try:
-                rest_get(state.manager_port, "/check-status", host=host, timeout=0.5)
+                rest_get(state.manager_port, "/check-status", host=connect_host(host), timeout=0.5,
+                         token=read_token(Path(entry.dir)))
                 return int(proc.pid)
             except ManagerUnreachableError:
                 pass

@@ -37,7 +37,7 @@ from nnix.core.events import (
     TrialEnded,
     TrialStarted,
 )
-from nnix.core.state import ExperimentState, TrialState, fold
+from nnix.core.state import ExperimentState, TrialState, fold_store
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.errors import NnixError, NoMoreTrialsError, ServiceError
 from nnix.services.base import TrainingService
@@ -90,7 +90,7 @@ class ExperimentManager:
         self.assessor = assessor
         self.direction = direction
         self.clock = clock
-        self.state: ExperimentState = fold(store.read())
+        self.state: ExperimentState = fold_store(store)
         self.service = service_factory(self._on_service_event)
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -158,6 +158,28 @@ class ExperimentManager:
             task.add_done_callback(self._kills.discard)
         self._wake.set()
         return True
+
+    def add_customized_trial(self, params: dict[str, Any]) -> int:
+        """NNI's customized trial (the web UI's "re-run with edited parameters"): a trial whose
+        parameters come from the user, not the tuner. Counts against ``maxTrialNumber`` and is
+        rejected once it is reached. Returns the new trial's sequence id."""
+        if self._stop_requested or self.state.status in (ExperimentStatus.STOPPING, ExperimentStatus.STOPPED):
+            raise NnixError("the experiment is stopping or stopped: no trial can be added")
+        if self.state.status is ExperimentStatus.ERROR:
+            raise NnixError("the experiment is in ERROR: no trial can be added", "stop it, then resume it")
+        max_n = self.state.limits.get("max_trial_number")
+        if max_n is not None and len(self.state.trials) >= max_n:
+            raise NnixError(
+                f"maxTrialNumber ({max_n}) reached: no more trials can be added",
+                "raise it first (nnix update trialnum)",
+            )
+        seq = self.state.next_sequence_id
+        taken = self.state.trials
+        self.record(TrialCreated(new_trial_id(lambda x: x in taken), seq, None, dict(params), "customized"))
+        if self.state.status is ExperimentStatus.DONE:
+            self._set_status(ExperimentStatus.RUNNING, "customized trial added")
+        self._wake.set()
+        return seq
 
     def import_data(self, records: list[dict[str, Any]]) -> None:
         """Prior results for the tuner (``experiment import``); they enter its history."""

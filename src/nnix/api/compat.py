@@ -1,0 +1,376 @@
+"""NNI-compatible routes under ``/api/v1/nni`` (``nni-spec.md`` section 8).
+
+Paths and payload shapes are NNI's so that tools written against NNI keep working: times in
+milliseconds, metric ``data`` double-encoded (a JSON string of the JSON of the value), parameter
+records as JSON strings. Every handler reads the manager's folded state; every change goes through
+the manager, which records it first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from nnix import __version__
+from nnix.api.common import JSON, ApiContext, ApiError, dumps, ms, read_json
+from nnix.api.views import TrialView
+from nnix.config import ExperimentConfig
+from nnix.core.manager import ExperimentManager
+from nnix.core.state import Metric, TrialState
+from nnix.core.status import MetricType, TrialStatus
+from nnix.errors import NnixError
+
+PREFIX = "/api/v1/nni"
+
+# NNI's v3 local service names (the web UI asks for stdout/stderr/trial.log)
+TRIAL_FILES = {"stdout": "trial.stdout", "stderr": "trial.stderr", "trial.log": "trial.log",
+               "trial.stdout": "trial.stdout", "trial.stderr": "trial.stderr", "model.onnx": "model.onnx"}
+
+
+def value_json(value: Any) -> str:
+    """The JSON text of a metric value as NNI stores it (NaN/Infinity kept, as NNI's JSON5 reader expects)."""
+    return json.dumps(value, allow_nan=True)
+
+
+def metric_record(t: TrialState, m: Metric) -> dict[str, Any]:
+    return {
+        "timestamp": ms(m.ts),
+        "trialJobId": t.trial_id,
+        "parameterId": None if t.parameter_id is None else str(t.parameter_id),
+        "type": m.type.value,
+        "sequence": m.sequence,
+        "data": json.dumps(value_json(m.value)),
+    }
+
+
+def parameter_record(t: TrialState) -> str:
+    return value_json({"parameter_id": t.parameter_id, "parameter_source": t.source, "parameters": t.params,
+                       "parameter_index": 0})
+
+
+def trial_info(t: TrialState) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "trialJobId": t.trial_id,
+        "sequenceId": t.sequence_id,
+        "status": t.status.value,
+        "hyperParameters": [parameter_record(t)],
+    }
+    if t.started_at is not None:
+        info["startTime"] = ms(t.started_at)
+    if t.ended_at is not None:
+        info["endTime"] = ms(t.ended_at)
+    if t.output_dir:
+        info["logPath"] = f"file://localhost:{t.output_dir}"
+        if t.status is TrialStatus.FAILED:
+            info["stderrPath"] = f"file://localhost:{t.output_dir}/trial.stderr"
+    if t.environment_id:
+        info["envId"] = t.environment_id
+    if t.message:
+        info["message"] = t.message
+    final = t.final
+    if final is not None:
+        info["finalMetricData"] = [metric_record(t, final)]
+    return info
+
+
+def profile(manager: ExperimentManager) -> dict[str, Any]:
+    """NNI's ExperimentProfile."""
+    st = manager.state
+    try:
+        params = ExperimentConfig.model_validate(st.config).to_json()
+    except Exception:  # a config this version cannot read: show what is stored
+        params = dict(st.config)
+    limits = st.limits
+    params["trialConcurrency"] = limits.get("trial_concurrency")
+    for key, name in (("max_trial_number", "maxTrialNumber"), ("max_experiment_duration", "maxExperimentDuration")):
+        if limits.get(key) is None:
+            params.pop(name, None)
+        else:
+            params[name] = limits[key] if key == "max_trial_number" else f"{limits[key]}s"
+    params["searchSpace"] = limits.get("search_space")
+    prof: dict[str, Any] = {
+        "params": params,
+        "id": st.experiment_id,
+        "execDuration": int(st.elapsed(manager.clock() if st.counting else None)),
+        "logDir": str(manager.exp_dir),
+        "startTime": ms(st.created_at),
+        "nextSequenceId": st.next_sequence_id,
+        "revision": st.last_seq,
+    }
+    if st.end_time is not None:
+        prof["endTime"] = ms(st.end_time)
+    return prof
+
+
+UPDATES = {
+    "TRIAL_CONCURRENCY": ("trial_concurrency", "trialConcurrency"),
+    "MAX_TRIAL_NUM": ("max_trial_number", "maxTrialNumber"),
+    "MAX_EXEC_DURATION": ("max_experiment_duration", "maxExperimentDuration"),
+    "SEARCH_SPACE": ("search_space", "searchSpace"),
+}
+
+
+def check_limit(field: str, camel: str, value: Any) -> Any:
+    """Validate a runtime limit change; returns the value to record (durations in seconds)."""
+    from nnix.config import parse_duration
+    from nnix.space import validate
+
+    if field == "max_experiment_duration":
+        try:
+            seconds = parse_duration(value)
+        except ValueError as e:
+            raise ApiError(400, f"{camel}: {e} (a number of seconds or e.g. 30m, 2h, 1d)") from e
+        if seconds <= 0:
+            raise ApiError(400, f"{camel} must be positive, got {value!r}")
+        return seconds
+    if field in ("trial_concurrency", "max_trial_number"):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+            raise ApiError(400, f"{camel} must be a positive integer, got {value!r}")
+        return value
+    if field == "search_space":
+        if not isinstance(value, dict):
+            raise ApiError(400, f"{camel} must be a JSON object")
+        issues = validate(value)
+        if issues:
+            raise ApiError(400, "invalid search space: " + "; ".join(i.render() for i in issues))
+        return value
+    raise ApiError(400, f"unknown limit {camel}")  # pragma: no cover - UPDATES is closed
+
+
+def apply_limit(ctx: ApiContext, field: str, camel: str, value: Any) -> None:
+    value = check_limit(field, camel, value)
+    try:
+        ctx.manager.update_limit(field, value)
+    except NnixError as e:
+        raise ApiError(400, e.message) from e
+
+
+def add_customized(ctx: ApiContext, params: Any) -> int:
+    ctx.require_writable()
+    if not isinstance(params, dict):
+        raise ApiError(400, "the parameters must be a JSON object, e.g. {\"lr\": 0.01}")
+    try:
+        return ctx.manager.add_customized_trial(params)
+    except NnixError as e:
+        raise ApiError(400, e.message) from e
+
+
+def trial_or_404(ctx: ApiContext, tid: str) -> TrialState:
+    t = ctx.manager.state.trials.get(tid)
+    if t is None:
+        raise ApiError(404, f"trial {tid} not found")
+    return t
+
+
+def kill(ctx: ApiContext, tid: str) -> bool:
+    ctx.require_writable()
+    trial_or_404(ctx, tid)
+    return ctx.manager.cancel_trial(tid)
+
+
+def experiments_info(self_id: str) -> list[dict[str, Any]]:
+    """The registry of this machine in NNI's shape; a crashed experiment reads STOPPED."""
+    from nnix.home import Registry, effective_status, pid_alive, read_state
+
+    out = []
+    for e in sorted(Registry().all(), key=lambda e: e.created):
+        try:
+            st = read_state(Path(e.dir), summary=True)
+        except Exception:  # a deleted, unreadable or foreign experiment: not listed, never a failure
+            continue
+        alive = pid_alive(st.manager_pid)
+        status = effective_status(st).value
+        if alive and st.manager_action == "view":
+            status = "VIEWED"
+        serving = alive and (status == "VIEWED" or effective_status(st).is_active or e.id == self_id)
+        host = st.manager_host if st.manager_host not in ("0.0.0.0", "") else "127.0.0.1"
+        out.append({
+            "id": e.id,
+            "port": st.manager_port if serving else None,
+            "startTime": ms(st.created_at),
+            "endTime": ms(st.end_time) if st.end_time is not None else "N/A",
+            "status": status,
+            "platform": e.platform,
+            "experimentName": e.name or "",
+            "tag": [],
+            "pid": st.manager_pid if serving else None,
+            "webuiUrl": [f"http://{host}:{st.manager_port}"] if serving and st.manager_port else [],
+            "logDir": e.dir,
+            "prefixUrl": None,
+        })
+    return out
+
+
+def routes(ctx: ApiContext) -> list[Route]:
+    m = ctx.manager
+
+    async def version(_: Request) -> Response:
+        return PlainTextResponse(__version__)  # NNI sends the bare version text
+
+    async def check_status(_: Request) -> Response:
+        st = m.state
+        return JSON({"status": "VIEWED" if ctx.read_only else st.status.value, "errors": st.errors,
+                     "message": st.message, "waitingReason": m.waiting_reason})
+
+    async def get_experiment(_: Request) -> Response:
+        return JSON(profile(m))
+
+    async def put_experiment(request: Request) -> Response:
+        ctx.require_writable()
+        kind = request.query_params.get("update_type", "")
+        if kind not in UPDATES:
+            raise ApiError(400, f"update_type must be one of {', '.join(UPDATES)}")
+        field, camel = UPDATES[kind]
+        body = await read_json(request)
+        if not isinstance(body, dict) or not isinstance(body.get("params"), dict) or camel not in body["params"]:
+            raise ApiError(400, f"the body must be the experiment profile with params.{camel}")
+        apply_limit(ctx, field, camel, body["params"][camel])
+        return Response(status_code=200)
+
+    async def delete_experiment(_: Request) -> Response:
+        m.request_stop()
+        return Response(status_code=200)
+
+    async def experiment_metadata(_: Request) -> Response:
+        info = await asyncio.to_thread(experiments_info, m.experiment_id)
+        for e in info:
+            if e["id"] == m.experiment_id:
+                return JSON(e)
+        raise ApiError(404, f"experiment {m.experiment_id} is not in the registry")
+
+    async def all_experiments(_: Request) -> Response:
+        return JSON(await asyncio.to_thread(experiments_info, m.experiment_id))
+
+    async def trial_jobs(request: Request) -> Response:
+        status = request.query_params.get("status")
+        if status and status not in TrialStatus.__members__:
+            raise ApiError(400, f"status must be one of {', '.join(TrialStatus.__members__)}")
+        trials = [t for t in m.state.trials.values() if not status or t.status.value == status]
+        return JSON(b"[" + b",".join(ctx.views.compat(t, trial_info) for t in trials) + b"]")
+
+    async def trial_job(request: Request) -> Response:
+        return JSON(trial_info(trial_or_404(ctx, request.path_params["id"])))
+
+    async def add_trial(request: Request) -> Response:
+        ctx.require_writable()
+        body = await read_json(request)
+        # NNI's web UI posts the parameters themselves; accept {parameters: {...}} too
+        if isinstance(body, dict) and set(body) == {"parameters"} and isinstance(body["parameters"], dict):
+            body = body["parameters"]
+        return JSON({"sequenceId": add_customized(ctx, body)})
+
+    async def kill_trial(request: Request) -> Response:
+        kill(ctx, request.path_params["id"])
+        return Response(status_code=200)
+
+    def _mtype(request: Request) -> str | None:
+        mtype = request.query_params.get("type") or None
+        if mtype is not None and mtype not in MetricType.__members__:
+            raise ApiError(400, "type must be PERIODICAL or FINAL")
+        return mtype
+
+    async def metric_data(request: Request) -> Response:
+        tid = request.path_params.get("id")
+        mtype = _mtype(request)
+        trials = [trial_or_404(ctx, tid)] if tid else list(m.state.trials.values())
+        out = [metric_record(t, x) for t in trials for x in t.metrics if not mtype or x.type.value == mtype]
+        return JSON(out)
+
+    async def metric_data_latest(_: Request) -> Response:
+        out: list[dict[str, Any]] = []
+        for t in m.state.trials.values():
+            latest = None
+            for x in t.metrics:
+                if x.type is MetricType.FINAL:
+                    out.append(metric_record(t, x))
+                elif latest is None or x.sequence >= latest.sequence:
+                    latest = x
+            if latest is not None:
+                out.append(metric_record(t, latest))
+        return JSON(out)
+
+    async def metric_data_range(request: Request) -> Response:
+        try:
+            lo, hi = int(request.path_params["min"]), int(request.path_params["max"])
+        except ValueError as e:
+            raise ApiError(400, "min_seq_id and max_seq_id must be integers") from e
+        out = [metric_record(t, x) for t in m.state.trials.values() if lo <= t.sequence_id <= hi for x in t.metrics]
+        return JSON(out)
+
+    async def job_statistics(_: Request) -> Response:
+        counts: dict[str, int] = {}
+        for t in m.state.trials.values():
+            counts[t.status.value] = counts.get(t.status.value, 0) + 1
+        return JSON([{"trialJobStatus": k, "trialJobNumber": v} for k, v in counts.items()])
+
+    async def export_data(_: Request) -> Response:
+        def row(_: TrialState, v: TrialView) -> bytes | None:
+            s = v.summary
+            if not s["hasFinal"]:
+                return None
+            return dumps({"parameter": s["params"], "value": value_json(s["final"]), "trialJobId": s["id"]})
+
+        rows = [ctx.views.fragment(t, "export", None, row) for t in m.state.trials.values()]
+        return JSON(b"[" + b",".join(r for r in rows if r is not None) + b"]")
+
+    async def import_data(request: Request) -> Response:
+        ctx.require_writable()
+        from nnix.cli.control import validate_import
+
+        body = await read_json(request)
+        try:
+            records = validate_import(body)
+        except NnixError as e:
+            raise ApiError(400, e.message + (f" ({e.hint})" if e.hint else "")) from e
+        m.import_data(records)
+        return Response(status_code=200)
+
+    async def imported_data(_: Request) -> Response:
+        return JSON([value_json(r) for r in m.state.imported])
+
+    async def trial_file(request: Request) -> Response:
+        tid, name = request.path_params["id"], request.path_params["name"]
+        mapped = TRIAL_FILES.get(name)
+        if mapped is None:
+            raise ApiError(400, f"filename must be one of {', '.join(TRIAL_FILES)}")
+        t = trial_or_404(ctx, tid)
+        if not t.output_dir:
+            raise ApiError(404, f"trial {tid} has not started: it has no files yet")
+        path = Path(t.output_dir) / mapped
+        if mapped == "model.onnx":
+            if not path.is_file():
+                raise ApiError(404, f"trial {tid} has no {name}")
+            return Response(path.read_bytes(), media_type="application/octet-stream")
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        return PlainTextResponse(text or f"{name} is empty.")
+
+    p = PREFIX
+    return [
+        Route(f"{p}/version", version, methods=["GET"]),
+        Route(f"{p}/check-status", check_status, methods=["GET"]),
+        Route(f"{p}/experiment", get_experiment, methods=["GET"]),
+        Route(f"{p}/experiment", put_experiment, methods=["PUT"]),
+        Route(f"{p}/experiment", delete_experiment, methods=["DELETE"]),
+        Route(f"{p}/experiment-metadata", experiment_metadata, methods=["GET"]),
+        Route(f"{p}/experiments-info", all_experiments, methods=["GET"]),
+        Route(f"{p}/experiment/import-data", import_data, methods=["POST"]),
+        Route(f"{p}/experiment/imported-data", imported_data, methods=["GET"]),
+        Route(f"{p}/job-statistics", job_statistics, methods=["GET"]),
+        Route(f"{p}/trial-jobs", trial_jobs, methods=["GET"]),
+        Route(f"{p}/trial-jobs", add_trial, methods=["POST"]),
+        Route(f"{p}/trial-jobs/{{id}}", trial_job, methods=["GET"]),
+        Route(f"{p}/trial-jobs/{{id}}", kill_trial, methods=["DELETE"]),
+        Route(f"{p}/metric-data", metric_data, methods=["GET"]),
+        Route(f"{p}/metric-data/{{id}}", metric_data, methods=["GET"]),
+        Route(f"{p}/metric-data-latest", metric_data_latest, methods=["GET"]),
+        Route(f"{p}/metric-data-latest/", metric_data_latest, methods=["GET"]),
+        Route(f"{p}/metric-data-range/{{min}}/{{max}}", metric_data_range, methods=["GET"]),
+        Route(f"{p}/export-data", export_data, methods=["GET"]),
+        Route(f"{p}/trial-file/{{id}}/{{name}}", trial_file, methods=["GET"]),
+    ]

@@ -1,0 +1,226 @@
+"""The native, versioned API under ``/api/nnix/v1`` (documented in :mod:`nnix.api.openapi`).
+
+What the web UI uses: an experiment overview, trial lists with filtering, search, sorting and
+paging, per-trial detail, metrics and log files, downsampled intermediate curves, live updates as
+server-sent events, and the experiments of this machine. Errors are ``{"error": message}`` with a
+4xx status. Values that are not finite numbers are sent as ``null`` (strict JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from nnix.api.common import JSON, ApiContext, ApiError, int_param, ms, read_json
+from nnix.api.compat import (
+    TRIAL_FILES,
+    UPDATES,
+    add_customized,
+    check_limit,
+    experiments_info,
+    kill,
+    parameter_record,
+    trial_or_404,
+)
+from nnix.api.openapi import document
+from nnix.api.sse import EventStreamResponse
+from nnix.api.views import TrialQuery, overview
+from nnix.core.state import Metric, TrialState
+from nnix.core.status import MetricType
+from nnix.errors import NnixError
+
+PREFIX = "/api/nnix/v1"
+LOG_NAMES = ("stdout", "stderr", "trial.log")
+LOG_TAIL_DEFAULT = 256 * 1024
+LOG_TAIL_MAX = 64 * 1024 * 1024
+PATCHABLE = {camel: field for field, camel in UPDATES.values()}
+
+
+def metric_json(m: Metric) -> dict[str, Any]:
+    return {"type": m.type.value, "sequence": m.sequence, "value": m.value, "index": m.index, "ts": ms(m.ts)}
+
+
+def downsample(xs: list[int], ys: list[float], max_points: int) -> tuple[list[int], list[float]]:
+    """At most ``max_points`` points: every k-th one, and always the last."""
+    n = len(xs)
+    if n <= max_points:
+        return xs, ys
+    stride = math.ceil(n / (max_points - 1))
+    ox, oy = xs[::stride], ys[::stride]
+    if (n - 1) % stride:
+        ox.append(xs[-1])
+        oy.append(ys[-1])
+    return ox, oy
+
+
+def curve_json(tid: str, xs: list[int], ys: list[float]) -> bytes:
+    """One trial's curve as JSON; values with 6 significant digits (what a plot can show; half the bytes)."""
+    return (f'{{"id":{json.dumps(tid)},"x":[{",".join(map(str, xs))}],'
+            f'"y":[{",".join(map("%.6g".__mod__, ys))}]}}').encode()
+
+
+def log_files(t: TrialState) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for name in LOG_NAMES:
+        size = None
+        if t.output_dir:
+            try:
+                size = (Path(t.output_dir) / TRIAL_FILES[name]).stat().st_size
+            except OSError:
+                size = None
+        out[name] = size
+    return out
+
+
+def _tail(path: Path, limit: int) -> tuple[bytes, int]:
+    """The last ``limit`` bytes of a file and how many bytes were left out before them."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        skip = max(0, size - limit)
+        f.seek(skip)
+        return f.read(limit), skip
+
+
+def routes(ctx: ApiContext) -> list[Route]:
+    m = ctx.manager
+
+    async def openapi(_: Request) -> Response:
+        return JSON(document())
+
+    async def get_experiment(_: Request) -> Response:
+        return JSON(overview(m, ctx.views, ctx.read_only))
+
+    async def patch_experiment(request: Request) -> Response:
+        ctx.require_writable()
+        body = await read_json(request)
+        if not isinstance(body, dict) or not body:
+            raise ApiError(400, f"the body must be a JSON object with some of {', '.join(PATCHABLE)}")
+        unknown = sorted(set(body) - set(PATCHABLE))
+        if unknown:
+            raise ApiError(400, f"cannot change {', '.join(unknown)}; only {', '.join(PATCHABLE)}")
+        checked = [(PATCHABLE[k], check_limit(PATCHABLE[k], k, v)) for k, v in body.items()]  # all or none
+        for field, value in checked:
+            try:
+                m.update_limit(field, value)
+            except NnixError as e:
+                raise ApiError(400, e.message) from e
+        return JSON(overview(m, ctx.views, ctx.read_only))
+
+    async def stop_experiment(_: Request) -> Response:
+        m.request_stop()
+        return JSON({"stopping": True}, status_code=202)
+
+    async def list_trials(request: Request) -> Response:
+        query = TrialQuery.parse(dict(request.query_params))
+        total, page = query.run(ctx.views.all())
+        head = (f'{{"total":{total},"offset":{query.offset},"limit":'
+                f'{"null" if query.limit is None else query.limit},"seq":{m.state.last_seq},"items":[').encode()
+        return JSON(head + b",".join(v.encoded for v in page) + b"]}")
+
+    async def add_trial(request: Request) -> Response:
+        body = await read_json(request)
+        if not isinstance(body, dict) or not isinstance(body.get("parameters"), dict):
+            raise ApiError(400, 'the body must be {"parameters": {...}}')
+        seq = add_customized(ctx, body["parameters"])
+        t = next(t for t in reversed(m.state.trials.values()) if t.sequence_id == seq)
+        return JSON(ctx.views.summary(t), status_code=201)
+
+    async def get_trial(request: Request) -> Response:
+        t = trial_or_404(ctx, request.path_params["id"])
+        detail = dict(ctx.views.summary(t))
+        detail.update({
+            "metrics": [metric_json(x) for x in t.metrics],
+            "hyperParameters": parameter_record(t),
+            "outputDir": t.output_dir,
+            "logs": log_files(t),
+            "cancelReason": None if t.cancel_reason is None else t.cancel_reason.value,
+            "gpus": None if t.gpus is None else list(t.gpus),
+        })
+        return JSON(detail)
+
+    async def trial_metrics(request: Request) -> Response:
+        t = trial_or_404(ctx, request.path_params["id"])
+        mtype = request.query_params.get("type") or None
+        if mtype is not None and mtype not in MetricType.__members__:
+            raise ApiError(400, "type must be PERIODICAL or FINAL")
+        return JSON([metric_json(x) for x in t.metrics if mtype is None or x.type.value == mtype])
+
+    async def trial_log(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in LOG_NAMES:
+            raise ApiError(400, f"log name must be one of {', '.join(LOG_NAMES)}")
+        t = trial_or_404(ctx, request.path_params["id"])
+        limit = int_param(request, "tail", LOG_TAIL_DEFAULT, 1, LOG_TAIL_MAX)
+        if not t.output_dir:
+            return PlainTextResponse("", headers={"X-Nnix-Skipped": "0", "X-Nnix-Missing": "1"})
+        path = Path(t.output_dir) / TRIAL_FILES[name]
+        if not path.is_file():
+            return PlainTextResponse("", headers={"X-Nnix-Skipped": "0", "X-Nnix-Missing": "1"})
+        data, skipped = await asyncio.to_thread(_tail, path, limit)
+        return PlainTextResponse(data.decode(errors="replace"), headers={"X-Nnix-Skipped": str(skipped)})
+
+    async def cancel_trial(request: Request) -> Response:
+        tid = request.path_params["id"]
+        canceled = kill(ctx, tid)
+        return JSON({"id": tid, "canceled": canceled, "status": m.state.trials[tid].status.value})
+
+    async def intermediate(request: Request) -> Response:
+        max_points = int_param(request, "maxPoints", 200, 2, 100_000)
+        key = request.query_params.get("key") or "default"
+        ids = request.query_params.get("trials")
+        if ids:
+            wanted = list(dict.fromkeys(i for i in ids.split(",") if i))
+            missing = [i for i in wanted if i not in m.state.trials]
+            if missing:
+                raise ApiError(404, f"no trial {', '.join(missing[:5])}")
+            trials = [m.state.trials[i] for i in wanted]
+        else:
+            trials = list(m.state.trials.values())
+        def build(t: TrialState, _: Any) -> bytes | None:
+            xs, ys = ctx.views.curve(t, key)
+            return curve_json(t.trial_id, *downsample(xs, ys, max_points)) if xs else None
+
+        parts = [ctx.views.fragment(t, "curve", (key, max_points), build) for t in trials]
+        body = b",".join(p for p in parts if p is not None)
+        return JSON(b'{"key":' + json.dumps(key).encode() + b',"trials":[' + body + b"]}")
+
+    async def events(request: Request) -> Response:
+        return EventStreamResponse(ctx.hub)  # type: ignore[return-value]  # an ASGI response
+
+    async def experiments(_: Request) -> Response:
+        info = await asyncio.to_thread(experiments_info, m.experiment_id)
+        out = []
+        for e in info:
+            out.append({
+                "id": e["id"], "name": e["experimentName"], "status": e["status"], "port": e["port"],
+                "platform": e["platform"], "startTime": e["startTime"],
+                "endTime": None if e["endTime"] == "N/A" else e["endTime"],
+                "url": e["webuiUrl"][0] + "/" if e["webuiUrl"] else None,
+                "current": e["id"] == m.experiment_id, "dir": e["logDir"],
+            })
+        return JSON(out)
+
+    p = PREFIX
+    return [
+        Route(f"{p}/openapi.json", openapi, methods=["GET"]),
+        Route(f"{p}/experiment", get_experiment, methods=["GET"]),
+        Route(f"{p}/experiment", patch_experiment, methods=["PATCH"]),
+        Route(f"{p}/experiment/stop", stop_experiment, methods=["POST"]),
+        Route(f"{p}/trials", list_trials, methods=["GET"]),
+        Route(f"{p}/trials", add_trial, methods=["POST"]),
+        Route(f"{p}/trials/{{id}}", get_trial, methods=["GET"]),
+        Route(f"{p}/trials/{{id}}/metrics", trial_metrics, methods=["GET"]),
+        Route(f"{p}/trials/{{id}}/logs/{{name}}", trial_log, methods=["GET"]),
+        Route(f"{p}/trials/{{id}}/cancel", cancel_trial, methods=["POST"]),
+        Route(f"{p}/intermediate", intermediate, methods=["GET"]),
+        Route(f"{p}/events", events, methods=["GET"]),
+        Route(f"{p}/experiments", experiments, methods=["GET"]),
+    ]

@@ -1,0 +1,355 @@
+"""Read models for the API: trial summaries (cached per trial version), the experiment overview,
+and the trial-list query (filter, search, sort, page).
+
+A summary is rebuilt only when its trial changed (status, times or metric count), so listing
+10,000 trials costs one dict lookup per trial plus joining cached JSON fragments.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from nnix import __version__
+from nnix.api.common import ApiError, dumps, ms
+from nnix.core.manager import ExperimentManager
+from nnix.core.metrics import scalar_value
+from nnix.core.state import TrialState
+from nnix.core.status import MetricType, TrialStatus
+
+STOPPED_STATUSES = (TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED, TrialStatus.EARLY_STOPPED)
+
+
+def finite(value: Any) -> float | None:
+    v = scalar_value(value)
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _version(t: TrialState) -> tuple[Any, ...]:
+    return (t.status, len(t.metrics), t.started_at, t.ended_at)
+
+
+@dataclass
+class TrialView:
+    version: tuple[Any, ...]
+    summary: dict[str, Any]
+    encoded: bytes
+    compat: bytes | None = None
+    fragments: dict[str, tuple[Any, bytes | None]] | None = None
+
+
+def summarize(t: TrialState) -> dict[str, Any]:
+    final_m = None
+    latest_m = None
+    n_inter = 0
+    for m in reversed(t.metrics):
+        if m.type is MetricType.FINAL:
+            if final_m is None:
+                final_m = m
+        else:
+            n_inter += 1
+            if latest_m is None:
+                latest_m = m
+    duration = None if t.started_at is None or t.ended_at is None else round(t.ended_at - t.started_at, 3)
+    return {
+        "id": t.trial_id,
+        "seq": t.sequence_id,
+        "status": t.status.value,
+        "source": t.source,
+        "parameterId": t.parameter_id,
+        "params": t.params,
+        "created": ms(t.created_at),
+        "start": ms(t.started_at),
+        "end": ms(t.ended_at),
+        "duration": duration,
+        "final": None if final_m is None else final_m.value,
+        "hasFinal": final_m is not None,
+        "metric": None if final_m is None else finite(final_m.value),
+        "latest": None if latest_m is None else finite(latest_m.value),
+        "nInter": n_inter,
+        "message": t.message,
+        "env": t.environment_id,
+        "exitCode": t.exit_code,
+    }
+
+
+class TrialViews:
+    """Cached per-trial read models of one manager's state."""
+
+    def __init__(self, manager: ExperimentManager) -> None:
+        self.manager = manager
+        self._cache: dict[str, TrialView] = {}
+        self._config: tuple[int, dict[str, Any]] | None = None
+        self.overview_key: tuple[Any, ...] | None = None
+        self.overview_base: dict[str, Any] | None = None
+
+    def config_json(self, config: dict[str, Any]) -> dict[str, Any]:
+        if self._config is None or self._config[0] != id(config):
+            self._config = (id(config), _config_json(config))
+        return self._config[1]
+
+    def curve(self, t: TrialState, key: str = "default") -> tuple[list[int], list[float]]:
+        """A trial's intermediate results as (steps, finite values), sorted by step (not cached: callers
+        cache what they send, which is much smaller)."""
+        points: dict[int, float] = {}
+        for m in t.metrics:
+            if m.type is MetricType.PERIODICAL:
+                value = m.value
+                if isinstance(value, dict):
+                    value = value.get(key)
+                elif key != "default":
+                    continue
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    points[m.sequence] = float(value)  # a repeated step keeps its last value
+        xs = sorted(points)
+        return xs, [points[x] for x in xs]
+
+    def _entry(self, t: TrialState) -> TrialView:
+        v = _version(t)
+        c = self._cache.get(t.trial_id)
+        if c is None or c.version != v:
+            s = summarize(t)
+            c = TrialView(v, s, dumps(s))
+            self._cache[t.trial_id] = c
+        return c
+
+    def summary(self, t: TrialState) -> dict[str, Any]:
+        return self._entry(t).summary
+
+    def encoded(self, t: TrialState) -> bytes:
+        return self._entry(t).encoded
+
+    def compat(self, t: TrialState, build: Callable[[TrialState], dict[str, Any]]) -> bytes:
+        """NNI's TrialJobInfo of ``t``, JSON-encoded (cached like the summary)."""
+        c = self._entry(t)
+        if c.compat is None:
+            c.compat = dumps(build(t))
+        return c.compat
+
+    async def warm(self, chunk: int = 500) -> None:
+        """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s),
+        a chunk at a time so the loop keeps serving meanwhile."""
+        import asyncio
+
+        trials = list(self.manager.state.trials.values())
+        try:
+            for i in range(0, len(trials), chunk):
+                for t in trials[i:i + chunk]:
+                    self._entry(t)
+                await asyncio.sleep(0)
+        except Exception:  # only a head start: requests build what is missing
+            logging.getLogger("nnix.api").exception("warming the trial summaries failed")
+
+    def fragment(self, t: TrialState, name: str, param: Any,
+                 build: Callable[[TrialState, TrialView], bytes | None]) -> bytes | None:
+        """A piece of JSON about ``t`` (an export row, a downsampled curve), cached until the trial
+        changes; one per ``name`` (a different ``param`` replaces it)."""
+        c = self._entry(t)
+        if c.fragments is None:
+            c.fragments = {}
+        hit = c.fragments.get(name)
+        if hit is not None and hit[0] == param:
+            return hit[1]
+        data = build(t, c)
+        c.fragments[name] = (param, data)
+        return data
+
+    def all(self) -> list[TrialView]:
+        return [self._entry(t) for t in self.manager.state.trials.values()]
+
+
+# --- the trial-list query ------------------------------------------------------------------------
+
+SORT_FIELDS = ("seq", "id", "status", "metric", "latest", "duration", "start", "end", "nInter")
+MAX_LIMIT = 1_000_000
+
+
+@dataclass
+class TrialQuery:
+    statuses: frozenset[str] | None = None
+    search: str = ""
+    sort: str = "seq"
+    descending: bool = False
+    offset: int = 0
+    limit: int | None = 100
+
+    @classmethod
+    def parse(cls, params: dict[str, str]) -> TrialQuery:
+        q = cls()
+        status = params.get("status", "")
+        if status:
+            wanted = frozenset(s.strip().upper() for s in status.split(",") if s.strip())
+            bad = sorted(wanted - {s.value for s in TrialStatus})
+            if bad:
+                known = ", ".join(s.value for s in TrialStatus)
+                raise ApiError(400, f"unknown trial status {', '.join(bad)}; one of {known}")
+            q.statuses = wanted
+        q.search = params.get("q", "").strip().lower()
+        sort = params.get("sort", "seq").strip() or "seq"
+        if sort.startswith("-"):
+            q.descending, sort = True, sort[1:]
+        if sort not in SORT_FIELDS and not sort.startswith(("param:", "metric:")):
+            raise ApiError(
+                400, f"sort must be one of {', '.join(SORT_FIELDS)}, param:NAME or metric:KEY (- for descending)"
+            )
+        q.sort = sort
+        order = params.get("order")
+        if order is not None:
+            if order not in ("asc", "desc"):
+                raise ApiError(400, "order must be asc or desc")
+            q.descending = order == "desc"
+        for name in ("offset", "limit"):
+            raw = params.get(name)
+            if raw is None or raw == "":
+                continue
+            if name == "limit" and raw == "all":
+                q.limit = None
+                continue
+            try:
+                value = int(raw)
+            except ValueError as e:
+                what = "an integer or all" if name == "limit" else "an integer"
+                raise ApiError(400, f"{name} must be {what}, got {raw!r}") from e
+            if not 0 <= value <= MAX_LIMIT:
+                raise ApiError(400, f"{name} must be between 0 and {MAX_LIMIT}, got {value}")
+            if name == "offset":
+                q.offset = value
+            else:
+                q.limit = value
+        return q
+
+    def matches(self, s: dict[str, Any]) -> bool:
+        if self.statuses is not None and s["status"] not in self.statuses:
+            return False
+        if self.search:
+            return self.search in s["id"].lower() or self.search == str(s["seq"])
+        return True
+
+    def sort_key(self, now_ms: int) -> Callable[[dict[str, Any]], Any]:
+        """A key putting missing values last whatever the direction (the direction is applied after)."""
+        field = self.sort
+        desc = self.descending
+
+        def wrap(v: Any) -> tuple[int, Any]:
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                return (1 if not desc else -1, 0)
+            return (0, v)
+
+        if field == "duration":
+            def key(s: dict[str, Any]) -> Any:
+                if s["duration"] is not None:
+                    return wrap(s["duration"])
+                return wrap(None if s["start"] is None else (now_ms - s["start"]) / 1000)
+            return key
+        if field.startswith("param:"):
+            name = field[6:]
+
+            def pkey(s: dict[str, Any]) -> Any:
+                v = s["params"].get(name) if isinstance(s["params"], dict) else None
+                # mixed types (choice of numbers and strings): numbers first, then text
+                if isinstance(v, bool) or v is None:
+                    return wrap(None if v is None else (1, str(v)))
+                return wrap((0, v) if isinstance(v, (int, float)) else (1, json.dumps(v)))
+            return pkey
+        if field.startswith("metric:"):
+            mkey = field[7:]
+
+            def mkey_fn(s: dict[str, Any]) -> Any:
+                f = s["final"]
+                v = f.get(mkey) if isinstance(f, dict) else (f if mkey == "default" else None)
+                return wrap(v if isinstance(v, (int, float)) and not isinstance(v, bool) else None)
+            return mkey_fn
+        return lambda s: wrap(s[field])
+
+    def run(self, rows: Iterable[TrialView]) -> tuple[int, list[TrialView]]:
+        """Total matching, and the requested page, sorted."""
+        hits = [v for v in rows if self.matches(v.summary)]
+        if self.sort != "seq" or self.descending:
+            key = self.sort_key(int(time.time() * 1000))
+            hits.sort(key=lambda v: key(v.summary), reverse=self.descending)
+        end = None if self.limit is None else self.offset + self.limit
+        return len(hits), hits[self.offset:end]
+
+
+# --- overview --------------------------------------------------------------------------------------
+
+
+def _config_json(config: dict[str, Any]) -> dict[str, Any]:
+    from nnix.config import ExperimentConfig
+
+    try:
+        return ExperimentConfig.model_validate(config).to_json()
+    except Exception:  # an old or foreign config: show what is stored
+        return dict(config)
+
+
+def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: bool) -> dict[str, Any]:
+    """Everything in the overview but the clock; one pass over the cached trial summaries."""
+    st = manager.state
+    config = dict(views.config_json(st.config))
+    config["searchSpace"] = st.limits.get("search_space")
+    counts = {s.value: 0 for s in TrialStatus if s is not TrialStatus.UNKNOWN}
+    maximize = st.direction == "maximize"
+    best: dict[str, Any] | None = None
+    metric_keys: dict[str, None] = {}
+    param_keys: dict[str, None] = {}
+    for v in views.all():
+        s = v.summary
+        counts[s["status"]] = counts.get(s["status"], 0) + 1
+        m = s["metric"]
+        if m is not None and (best is None or (m > best["metric"] if maximize else m < best["metric"])):
+            best = {"id": s["id"], "seq": s["seq"], "metric": m}
+        f = s["final"]
+        if isinstance(f, dict):
+            metric_keys.update(dict.fromkeys(f))
+        if isinstance(s["params"], dict):
+            param_keys.update(dict.fromkeys(s["params"]))
+    limits = st.limits
+    return {
+        "id": st.experiment_id,
+        "name": st.config.get("experiment_name") or "",
+        "status": "VIEWED" if read_only else st.status.value,
+        "recordedStatus": st.status.value,
+        "readOnly": read_only,
+        "message": st.message,
+        "errors": list(st.errors),
+        "startTime": ms(st.created_at),
+        "endTime": ms(st.end_time),
+        "limits": {
+            "trialConcurrency": limits.get("trial_concurrency"),
+            "maxTrialNumber": limits.get("max_trial_number"),
+            "maxExperimentDuration": limits.get("max_experiment_duration"),
+            "maxTrialDuration": st.config.get("max_trial_duration"),
+        },
+        "counts": counts,
+        "total": len(st.trials),
+        "best": best,
+        "direction": st.direction,
+        "config": config,
+        "searchSpace": limits.get("search_space"),
+        "metricKeys": list(metric_keys),
+        "paramKeys": list(param_keys),
+        "waitingReason": manager.waiting_reason,
+        "platform": (st.config.get("training_service") or {}).get("platform", ""),
+        "trialCommand": st.config.get("trial_command", ""),
+        "logDir": str(manager.exp_dir),
+        "seq": st.last_seq,
+        "version": __version__,
+    }
+
+
+def overview(manager: ExperimentManager, views: TrialViews, read_only: bool) -> dict[str, Any]:
+    """The experiment at a glance (cached per recorded event; the clock fields are fresh)."""
+    st = manager.state
+    key = (st.last_seq, manager.waiting_reason)
+    if views.overview_key != key or views.overview_base is None:
+        views.overview_base = _overview_base(manager, views, read_only)
+        views.overview_key = key
+    now = manager.clock()
+    elapsed = st.elapsed(now if st.counting and not read_only else None)
+    return {**views.overview_base, "now": ms(now), "elapsed": round(elapsed, 3)}

@@ -1,0 +1,262 @@
+"""The web UI end to end, in real headless Chromium (Debian's, driven by Playwright) against real
+experiments started by the CLI: trials appear live, sort, filter, search, a trial's log, kill from
+the UI (the store records USER_CANCELED), and `nnix view` read-only. Screenshots go to artifacts/."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nnix.core.status import TrialStatus
+from nnix.home import Registry, read_state
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+NNIX = [sys.executable, "-m", "nnix.cli.main"]
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} is absent: apt-get install -y --no-install-recommends chromium"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is absent: pip install playwright (never `playwright install`)"
+    return None
+
+
+MISSING = _missing()
+if MISSING:
+    warnings.warn(f"WEB UI TESTS SKIPPED — {MISSING}", stacklevel=1)
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"!!! WEB UI TESTS SKIPPED: {MISSING} !!!")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    # failed requests are the tests' business (a refused call, the event stream ending when a test stops the
+    # experiment); any other console error or uncaught exception fails the test
+    pg.on("console", lambda m: errors.append(m.text)
+          if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
+    pg.set_default_timeout(20000)
+    yield pg
+    pg.close()
+    assert errors == [], errors  # no JavaScript error on any page
+
+
+def nnix(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NNIX, *args], capture_output=True, text=True, timeout=120, env=os.environ.copy())
+
+
+def _config(tmp_path: Path, **extra: Any) -> Path:
+    (tmp_path / "trial.py").write_text(
+        "import nni, sys, time\n"
+        "p = nni.get_next_parameter()\n"
+        "n = nni.get_sequence_id()\n"
+        "print(f'hello from trial {n}', flush=True)\n"
+        "if n == 0:\n"
+        "    for i in range(600):\n"
+        "        nni.report_intermediate_result(i / 600)\n"
+        "        time.sleep(0.1)\n"
+        "for i in range(5):\n"
+        "    nni.report_intermediate_result(p['x'] * (i + 1) / 5)\n"
+        "    time.sleep(0.08)\n"
+        "nni.report_final_result({'default': p['x'], 'acc': 1 - p['x']})\n")
+    space = {"x": {"_type": "uniform", "_value": [0, 1]}, "opt": {"_type": "choice", "_value": ["a", "b"]}}
+    cfg = {"searchSpace": space,
+           "trialCommand": f"{sys.executable} trial.py", "trialCodeDirectory": str(tmp_path), "trialConcurrency": 2,
+           "maxTrialNumber": 6, "tuner": {"name": "Random", "classArgs": {"optimize_mode": "maximize"}},
+           "trainingService": {"platform": "local"}, "experimentName": "ui-e2e", **extra}
+    path = tmp_path / "config.yml"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _start(*args: str) -> tuple[str, str]:
+    r = nnix(*args)
+    assert r.returncode == 0, r.stderr
+    exp_id = next(line.split()[1] for line in r.stdout.splitlines() if line.startswith("Experiment "))
+    url = next(line.split()[-1] for line in r.stdout.splitlines() if "Web UI" in line)
+    return exp_id, url
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def row(trial_id: str) -> str:
+    return f'.vt-row[data-id="{trial_id}"]'
+
+
+def _rows(page: Any) -> list[dict[str, str]]:
+    """The rendered rows of the (virtualized) trial table, top to bottom."""
+    rows: list[dict[str, str]] = page.evaluate("""() => Array.from(document.querySelectorAll('.vt-row:not([hidden])'))
+        .sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top)
+        .map((r) => ({id: r.dataset.id, status: r.querySelector('.c-status').textContent,
+                      metric: r.querySelector('.c-metric').textContent,
+                      seq: r.querySelector('.c-seq').textContent}))""")
+    return rows
+
+
+def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None:
+    exp_id, url = _start("create", "--config", str(_config(tmp_path)), "--port", "0")
+    try:
+        page.goto(url + "#/trials")
+        page.wait_for_selector(".vt-row[data-id]")
+        first_count = len(_rows(page))
+        # trials appear live (server-sent events; the page is not reloaded)
+        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 6", timeout=30000)
+        assert first_count < 6
+        page.wait_for_function("""() => Array.from(document.querySelectorAll('.vt-row .c-status'))
+            .filter((c) => c.textContent === 'SUCCEEDED').length === 5""", timeout=30000)
+        assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+        assert page.locator("#live.on").count() == 1
+        st = read_state(Path(Registry().get(exp_id).dir))
+        assert {t.trial_id for t in st.trials.values()} == {r["id"] for r in _rows(page)}
+
+        # sort by the default metric: best first (maximize), the running trial (no final result) last
+        page.click(".vt-hcell[data-key=metric]")
+        rows = _rows(page)
+        finals = {t.trial_id: t.final_value for t in st.trials.values() if t.final_value is not None}
+        assert [r["id"] for r in rows[:5]] == sorted(finals, key=lambda i: -(finals[i] or 0))
+        assert rows[-1]["status"] == "RUNNING"
+        page.click(".vt-hcell[data-key=metric]")
+        assert [r["id"] for r in _rows(page)[:5]] == sorted(finals, key=lambda i: finals[i] or 0)
+
+        # filter by status, then search by id
+        page.check("input[name=status-filter][value=RUNNING]")
+        rows = _rows(page)
+        assert [r["status"] for r in rows] == ["RUNNING"] and rows[0]["seq"] == "0"
+        running = rows[0]["id"]
+        page.uncheck("input[name=status-filter][value=RUNNING]")
+        target = sorted(finals)[0]
+        page.fill("#trial-search", target)
+        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 1")
+        assert _rows(page)[0]["id"] == target
+        page.fill("#trial-search", "")
+        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 6")
+
+        # a trial's detail and its log file
+        page.click(row(target) + " .c-id")
+        page.wait_for_selector("#detail-status")
+        assert page.inner_text("#detail-status") == "SUCCEEDED"
+        page.wait_for_function("document.querySelector('#log-view').textContent.includes('hello from trial')")
+        page.click("#log-tabs button[data-log='trial.log']")
+        page.wait_for_function("!document.querySelector('#log-view').textContent.includes('hello from trial')")
+        page.click("#detail-close")
+        page.wait_for_selector("#drawer", state="hidden")
+
+        # charts render without errors
+        for tab in ("params", "inter", "duration", "metric"):
+            page.click(f"#chart-tabs button[data-tab={tab}]")
+        page.goto(url + "#/overview")
+        page.wait_for_function("document.querySelector('#ov-best-value').textContent !== 'N/A'")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "ui-overview.png"))
+
+        # edit limits in the overview: concurrency 1 (trial 0 keeps running, so the tuner adds nothing) and
+        # maxTrialNumber 7, which leaves room for one customized trial
+        exp_dir = Path(Registry().get(exp_id).dir)
+        page.fill("#ed-concurrency", "1")
+        page.fill("#ed-maxtrials", "7")
+        page.click("#ed-save")
+        _wait(lambda: read_state(exp_dir).limits["max_trial_number"] == 7)
+        assert read_state(exp_dir).limits["trial_concurrency"] == 1
+        page.wait_for_function("document.querySelector('#ed-msg').textContent === 'saved'")
+
+        # re-run a trial with edited parameters: a customized trial, recorded and shown live
+        page.goto(url + f"#/trial/{target}")
+        page.click("#detail-rerun")
+        page.fill("#rerun-params", '{"x": 0.5, "opt": "b"}')
+        page.click("#rerun-submit")
+        _wait(lambda: len(read_state(exp_dir).trials) == 7)
+        custom = next(t for t in read_state(exp_dir).trials.values() if t.sequence_id == 6)
+        assert custom.source == "customized" and custom.params == {"x": 0.5, "opt": "b"}
+        page.wait_for_selector(row(custom.trial_id))
+        page.click("#detail-rerun")  # once more: maxTrialNumber is reached, the manager refuses
+        page.click("#rerun-submit")
+        page.wait_for_function("document.querySelector('#rerun-msg').textContent.includes('maxTrialNumber')")
+        page.click("#rerun-cancel")
+        page.click("#detail-close")
+
+        # compare two trials side by side
+        for tid in sorted(finals)[:2]:
+            page.check(row(tid) + " input[data-sel]")
+        page.click("#btn-compare")
+        page.wait_for_selector("#compare-table")
+        assert page.locator("#compare-table tr").first.locator("td").count() == 2
+        page.click("#compare-close")
+
+        # kill the running trial from the UI: the store records USER_CANCELED, the table shows it
+        page.goto(url + "#/trials")
+        page.click(row(running) + " button[data-act=kill]")
+        page.click("#confirm-ok")
+        _wait(lambda: read_state(exp_dir).trials[running].status is TrialStatus.USER_CANCELED)
+        page.wait_for_function(f"document.querySelector({json.dumps(row(running) + ' .c-status')})"
+                               ".textContent === 'USER_CANCELED'")
+        assert page.locator(row(running) + " button[data-act=kill]").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "ui-trials.png"))
+    finally:
+        assert nnix("stop", exp_id).returncode == 0
+
+
+def test_view_is_read_only_and_customized_rerun_is_refused(tmp_path: Path, page: Any) -> None:
+    cfg = _config(tmp_path, maxTrialNumber=3, trialConcurrency=3)
+    (tmp_path / "trial.py").write_text("import nni\np = nni.get_next_parameter()\nprint('ok')\n"
+                                       "nni.report_intermediate_result(p['x'] / 2)\nnni.report_final_result(p['x'])\n")
+    r = nnix("create", "--config", str(cfg), "--port", "0", "--foreground")
+    assert r.returncode == 0, r.stderr
+    exp_id = r.stdout.strip().splitlines()[-1].split()[1].rstrip(":")
+    exp_id, url = _start("view", exp_id, "--port", "0")
+    try:
+        page.goto(url + "#/overview")
+        page.wait_for_function("document.querySelector('#exp-status').textContent === 'VIEWED'")
+        assert page.is_visible("#ro-badge") and page.is_disabled("#ed-concurrency")
+        assert not page.is_visible("#ed-save")
+        page.goto(url + "#/trials")
+        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 3")
+        first = _rows(page)[0]["id"]
+        page.click(row(first) + " .c-id")
+        page.wait_for_selector("#detail-status")
+        assert not page.is_visible("#detail-rerun")
+        # even a hand-made request is refused by the server
+        status = page.evaluate("""async () => (await fetch('/api/nnix/v1/trials', {method: 'POST',
+            headers: {'Content-Type': 'application/json'}, body: JSON.stringify({parameters: {x: 0.5}})})).status""")
+        assert status == 400
+        page.goto(url + "#/experiments")
+        page.wait_for_selector(f"#exp-table tr[data-id='{exp_id}']")
+        assert "VIEWED" in page.inner_text(f"#exp-table tr[data-id='{exp_id}']")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "ui-view-experiments.png"))
+    finally:
+        assert nnix("stop", exp_id).returncode == 0
+    assert len(read_state(Path(Registry().get(exp_id).dir)).trials) == 3
