@@ -19,6 +19,7 @@ from nnix.core.events import (
     TrialCancelRequested,
     TrialCreated,
     TrialEnded,
+    TrialRequeued,
     TrialStarted,
 )
 from nnix.core.metrics import scalar_value
@@ -36,7 +37,6 @@ class Metric:
     value: Any
     ts: float
     index: int
-    parameter_id: int | None = None
 
 
 @dataclass(slots=True)
@@ -191,30 +191,35 @@ class ExperimentState:
             t.environment_id, t.output_dir, t.pid, t.pid_start = e.environment_id, e.output_dir, e.pid, e.pid_start
             t.gpus = e.gpus
         elif isinstance(e, MetricReported):
-            self.add_metric(e.trial_id, e.type, e.sequence, e.value, e.index, e.parameter_id, ts)
+            self.add_metric(e.trial_id, e.type, e.sequence, e.value, e.index, ts)
         elif isinstance(e, TrialCancelRequested):
             self.trials[e.trial_id].cancel_reason = e.reason
         elif isinstance(e, TrialEnded):
             t = self.trials[e.trial_id]
             t.status, t.exit_code, t.message, t.ended_at = e.status, e.exit_code, e.message, ts
+        elif isinstance(e, TrialRequeued):
+            t = self.trials[e.trial_id]
+            t.status, t.message = TrialStatus.WAITING, e.reason
+            t.started_at = t.environment_id = t.output_dir = t.pid = t.pid_start = t.gpus = None
+            t.metrics, t.last_index = [], -1  # the new attempt's channel counts lines from 0 again
         elif isinstance(e, DataImported):
             self.imported.extend(e.records)
 
     def add_metric(
-        self, trial_id: str, mtype: MetricType, sequence: int, value: Any, index: int, parameter_id: int | None,
-        ts: float,
+        self, trial_id: str, mtype: MetricType, sequence: int, value: Any, index: int, ts: float
     ) -> None:
+        """One metric of a trial (its parameter id is the trial's: not repeated per metric)."""
         t = self.trials[trial_id]
-        t.metrics.append(Metric(mtype, sequence, value, ts, index, parameter_id))
+        t.metrics.append(Metric(mtype, sequence, value, ts, index))
         if index > t.last_index:
             t.last_index = index
 
     def apply_metric_row(self, seq: int, ts: float, row: list[Any]) -> None:
         """Fold a stored metric row (see :func:`nnix.core.events.metric_row`) without building the
         event object: the same effect as ``apply`` of that MetricReported, several times faster."""
-        tid, mtype, sequence, index, parameter_id, value = row
+        tid, mtype, sequence, index, _parameter_id, value = row
         self.last_seq = seq
-        self.add_metric(tid, _METRIC_TYPES[mtype], sequence, value, index, parameter_id, ts)
+        self.add_metric(tid, _METRIC_TYPES[mtype], sequence, value, index, ts)
         if self.session_start is not None:
             self.session_last = ts
 
