@@ -123,6 +123,16 @@ class TrialEnded(Event):
 
 
 @dataclass(frozen=True)
+class TrialRequeued(Event):
+    """The trial's environment was lost and the trial goes back to WAITING, to run again from scratch
+    elsewhere (a remote service's ``lostHostPolicy: requeue``). Its earlier metrics are dropped from the
+    state (they stay in the log) and it keeps its id, sequence id and parameters."""
+
+    trial_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class DataImported(Event):
     """Prior results fed to the tuner (``experiment import``): a list of ``{parameter, value}``."""
 
