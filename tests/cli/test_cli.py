@@ -205,3 +205,10 @@ def test_update_limits_import_logs_and_delete(tmp_path: Path) -> None:
     assert nnix("experiment", "delete", exp_id, "--yes").returncode == 0
     assert not exp_dir.exists()
     assert exp_id not in nnix("experiment", "list", "--all").stdout
+
+
+def test_algo_list_shows_installed_algorithms() -> None:
+    r = nnix("algo", "list")
+    assert r.returncode == 0
+    rows = {line.split("│")[1].strip() for line in r.stdout.splitlines() if line.count("│") >= 4}
+    assert {"random", "gridsearch", "batch"} <= rows

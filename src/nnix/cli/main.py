@@ -30,6 +30,8 @@ app.add_typer(update_app, name="update")
 app.add_typer(trial_app, name="trial")
 app.add_typer(experiment_app, name="experiment")
 app.add_typer(log_app, name="log")
+algo_app = typer.Typer(help="Tuners and assessors installed (built-in and by entry point).", no_args_is_help=True)
+app.add_typer(algo_app, name="algo")
 
 IdArg = Annotated[str | None, typer.Argument(help="Experiment id (or unique prefix); default: the one running.")]
 PortOpt = Annotated[int, typer.Option("--port", "-p", help="REST/web UI port (0 = any free port).")]
@@ -606,6 +608,24 @@ def top(interval: Annotated[float, typer.Option("--time", "-t", help="Refresh se
                 live.update(render())
     except KeyboardInterrupt:
         pass
+
+
+@algo_app.command("list")
+def algo_list() -> None:
+    """List the tuners and assessors that configs can name (entry points nnix.tuners / nnix.assessors)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from nnix.registry import available
+
+    table = Table()
+    for col in ("name", "type", "source", "class"):
+        table.add_column(col)
+    for kind in ("tuner", "assessor"):
+        for name, value in sorted(available(kind).items()):
+            source = "nnix" if value.startswith("nnix.") else "user"
+            table.add_row(name, kind, source, value)
+    Console().print(table)
 
 
 def main() -> None:
