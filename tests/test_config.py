@@ -14,6 +14,7 @@ from nnix.config import (
     AlgorithmConfig,
     ExperimentConfig,
     LocalConfig,
+    RemoteConfig,
     load_config,
     parse_config,
     parse_duration,
@@ -212,7 +213,7 @@ def test_algorithm_config_rules(data: dict[str, Any], fragment: str) -> None:
 
 
 def test_supported_platforms() -> None:
-    assert training_service_platforms() == {"local": LocalConfig}
+    assert training_service_platforms() == {"local": LocalConfig, "remote": RemoteConfig}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -335,7 +336,7 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("negative gpus", {"trialGpuNumber": -1}, "trialGpuNumber", "greater than or equal to 0"),
     ("bad log level", {"logLevel": "verbose"}, "logLevel", "'trace'"),
     ("unknown platform", {"trainingService.platform": "moon"}, "trainingService.platform", "unknown platform 'moon'"),
-    ("planned platform", {"trainingService.platform": "remote"}, "trainingService.platform", "not supported by this"),
+    ("planned platform", {"trainingService.platform": "openpai"}, "trainingService.platform", "not supported by this"),
     ("no platform", {"trainingService.platform": _DELETE}, "trainingService.platform", "missing"),
     ("gpu duplicates", {"trainingService.gpuIndices": [0, 0]}, "trainingService.gpuIndices", "listed twice"),
     ("gpu negative", {"tunerGpuIndices": "-1"}, "tunerGpuIndices", "negative"),

@@ -32,6 +32,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SecretStr,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
@@ -52,6 +53,8 @@ __all__ = [
     "ExperimentConfig",
     "LoadedConfig",
     "LocalConfig",
+    "RemoteConfig",
+    "RemoteMachineConfig",
     "TrainingServiceConfig",
     "load_config",
     "parse_config",
@@ -344,7 +347,82 @@ class LocalConfig(_Model):
         return problems
 
 
-TrainingServiceConfig = Annotated[Union[LocalConfig], Field(discriminator="platform")]  # noqa: UP007
+def _non_empty_text(value: str) -> str:
+    if not value.strip():
+        raise PydanticCustomError("empty", "must not be empty")
+    return value
+
+
+Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
+NonEmpty = Annotated[str, AfterValidator(_non_empty_text)]
+
+
+class RemoteMachineConfig(_Model):
+    """One SSH worker of ``platform: remote``.
+
+    ``password`` and ``ssh_passphrase`` are secrets: they are masked wherever the config is shown or
+    stored (the experiment's event log keeps ``**********``; the real values live in the experiment
+    directory's ``secrets.json``, mode 0600, so that a resumed experiment can still log in).
+    """
+
+    host: NonEmpty
+    port: Port = 22
+    user: NonEmpty
+    password: SecretStr | None = None
+    ssh_key_file: AbsPath | None = None
+    """Private key; default ``~/.ssh/id_rsa`` when no password is given."""
+    ssh_passphrase: SecretStr | None = None
+    use_active_gpu: StrictBool = False
+    max_trial_number_per_gpu: PositiveInt = 1
+    gpu_indices: GpuIndices | None = None
+    python_path: str | None = None
+    """Directory prepended to ``PATH`` on the worker (where its ``python3`` lives)."""
+
+    @property
+    def label(self) -> str:
+        """``user@host:port``, to name the machine in messages."""
+        return f"{self.user}@{self.host}:{self.port}"
+
+
+class RemoteConfig(_Model):
+    """``platform: remote``: trials run on SSH workers, each running the nnix agent.
+
+    Deviation from NNI 3.0: ``reuse_mode`` defaults to True. In nnix reuse and non-reuse run the same
+    agent; reuse keeps one agent per machine for many trials (each trial still gets its own process
+    group and output directory), which saves an SSH exec and a Python start per trial. Set it to False
+    for one fresh agent per trial.
+    """
+
+    platform: Literal["remote"]
+    machine_list: Annotated[list[RemoteMachineConfig], Field(min_length=1)]
+    reuse_mode: StrictBool = True
+    # nnix extensions
+    trust_unknown_hosts: StrictBool = False
+    """Accept hosts whose key is not in ``known_hosts_file`` (with a warning); a changed key is still refused."""
+    known_hosts_file: AbsPath | None = None
+    """Default ``~/.ssh/known_hosts``."""
+    remote_work_dir: NonEmpty = "~/nnix-experiments"
+    """Where experiments live on the workers (``~`` is the login user's home there)."""
+    lost_host_policy: Literal["fail", "requeue"] = "fail"
+    """What happens to the trials of a host that stops answering: FAILED, or back to the queue."""
+    lost_host_timeout: Duration = 60
+    """Seconds without any sign of life from a host's agents before the host counts as lost."""
+
+    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
+        problems = []
+        for i, m in enumerate(self.machine_list):
+            if trial_gpu_number is None and m.max_trial_number_per_gpu != 1:
+                problems.append(
+                    Problem(
+                        ("machine_list", i, "max_trial_number_per_gpu"),
+                        "must stay 1 unless {trial_gpu_number} is set",
+                        "set {trial_gpu_number}, or remove {path}",
+                    )
+                )
+        return problems
+
+
+TrainingServiceConfig = Annotated[Union[LocalConfig, RemoteConfig], Field(discriminator="platform")]  # noqa: UP007
 
 
 def training_service_platforms() -> dict[str, type[BaseModel]]:
@@ -412,6 +490,45 @@ class ExperimentConfig(_Model):
         """NNI-style camelCase JSON (for display and REST); unset optional fields are left out."""
         data: dict[str, Any] = self.model_dump(by_alias=True, mode="json", exclude_none=True)
         return data
+
+
+def config_secrets(model: BaseModel) -> dict[str, str]:
+    """Every secret (``SecretStr``) value set in ``model``, by dotted snake_case path
+    (``training_service.machine_list.0.password``). Stored configs hold masks instead; see
+    :func:`restore_secrets`."""
+    found: dict[str, str] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, SecretStr):
+            found[path] = value.get_secret_value()
+        elif isinstance(value, BaseModel):
+            for name in type(value).model_fields:
+                walk(getattr(value, name), f"{path}.{name}" if path else name)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{path}.{i}")
+
+    walk(model, "")
+    return found
+
+
+def restore_secrets(data: dict[str, Any], secrets: dict[str, str]) -> dict[str, Any]:
+    """A copy of a stored (JSON) config with the secrets of :func:`config_secrets` put back."""
+    out: Any = json.loads(json.dumps(data))
+    for path, value in secrets.items():
+        node = out
+        *parents, last = path.split(".")
+        try:
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            if isinstance(node, list):
+                node[int(last)] = value
+            elif isinstance(node, dict):
+                node[last] = value
+        except (KeyError, IndexError, ValueError, TypeError):
+            continue  # the config changed shape: that secret no longer applies
+    result: dict[str, Any] = out
+    return result
 
 
 def _camel_path(loc: tuple[str | int, ...]) -> str:

@@ -3,6 +3,8 @@ Python API (:class:`Experiment`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -12,7 +14,7 @@ from typing import Any
 
 from nnix.agent.runner import RunnerEvent
 from nnix.assessors.base import Assessor
-from nnix.config import AlgorithmConfig, ExperimentConfig, LoadedConfig, load_config
+from nnix.config import AlgorithmConfig, ExperimentConfig, LoadedConfig, config_secrets, load_config, restore_secrets
 from nnix.core.events import ExperimentCreated
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import fold
@@ -20,7 +22,7 @@ from nnix.core.status import ExperimentStatus
 from nnix.errors import TunerError
 from nnix.home import STORE_NAME, Entry, Registry
 from nnix.registry import Kind, resolve
-from nnix.services.base import TrainingService
+from nnix.services.base import ServiceContext, TrainingService
 from nnix.store.sqlite import SqliteStore
 from nnix.tuners.base import Direction, Tuner
 
@@ -35,6 +37,7 @@ def create(loaded: LoadedConfig | ExperimentConfig, experiment_id: str | None = 
     seed = config.tuner.class_args.get("seed")
     if not isinstance(seed, int):
         seed = secrets.randbits(31)
+    write_secrets(exp_dir, config_secrets(config))  # the stored config has masks where secrets were
     store = SqliteStore(exp_dir / STORE_NAME)
     try:
         store.append([ExperimentCreated(exp_id, config.model_dump(mode="json"), seed)])
@@ -44,6 +47,26 @@ def create(loaded: LoadedConfig | ExperimentConfig, experiment_id: str | None = 
         Entry(exp_id, str(exp_dir), config.experiment_name, config.training_service.platform, time.time())
     )
     return exp_id, exp_dir
+
+
+SECRETS_FILE = "secrets.json"
+
+
+def write_secrets(exp_dir: Path, values: dict[str, str]) -> None:
+    """Keep the config's secrets (SSH passwords, ...) beside the store, readable by the owner only."""
+    if not values:
+        return
+    fd = os.open(exp_dir / SECRETS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(values, f)
+
+
+def read_secrets(exp_dir: Path) -> dict[str, str]:
+    try:
+        data = json.loads((exp_dir / SECRETS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def build_algorithm(kind: Kind, algo: AlgorithmConfig) -> tuple[Any, Direction]:
@@ -69,8 +92,11 @@ def build_tuner(config: ExperimentConfig) -> tuple[Tuner, Direction]:
 ServiceFactory = Callable[[Callable[[RunnerEvent], None]], TrainingService]
 
 
-def service_factory(config: ExperimentConfig, **options: Any) -> ServiceFactory:
-    """The training service for ``config``, found by platform name in entry points ``nnix.services``."""
+def service_factory(
+    config: ExperimentConfig, context: ServiceContext | None = None, **options: Any
+) -> ServiceFactory:
+    """The training service for ``config``, found by platform name in entry points ``nnix.services``.
+    ``context`` (experiment id and directory) is passed to services that need it (remote ones do)."""
     platform = config.training_service.platform
     eps = {ep.name: ep for ep in entry_points(group="nnix.services")}
     if platform not in eps:
@@ -78,7 +104,8 @@ def service_factory(config: ExperimentConfig, **options: Any) -> ServiceFactory:
     cls = eps[platform].load()
 
     def make(emit: Callable[[RunnerEvent], None]) -> TrainingService:
-        service: TrainingService = cls.from_config(config, emit, **options)
+        extra = {"context": context} if context is not None else {}
+        service: TrainingService = cls.from_config(config, emit, **extra, **options)
         return service
 
     return make
@@ -87,7 +114,7 @@ def service_factory(config: ExperimentConfig, **options: Any) -> ServiceFactory:
 def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_options: Any) -> ExperimentManager:
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     state = fold(store.read(kinds=("ExperimentCreated",)))
-    config = ExperimentConfig.model_validate(state.config)
+    config = ExperimentConfig.model_validate(restore_secrets(state.config, read_secrets(exp_dir)))
     tuner, direction = build_tuner(config)
     assessor: Assessor | None = None
     if config.assessor is not None:
@@ -97,7 +124,7 @@ def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_optio
         exp_dir=exp_dir,
         tuner=tuner,
         direction=direction,
-        service_factory=service_factory(config, **service_options),
+        service_factory=service_factory(config, ServiceContext(state.experiment_id, exp_dir), **service_options),
         assessor=assessor,
         exit_when_done=exit_when_done,
     )

@@ -371,13 +371,49 @@ def test_v1_platforms_not_yet_supported_are_named(tmp_path: Path) -> None:
     from nnix.config import parse_config
 
     (tmp_path / "search_space.json").write_text('{"x": {"_type": "choice", "_value": [1, 2]}}')
-    config = v1_config(trainingServicePlatform="remote", machineList=[{"ip": "h", "username": "u", "passwd": "p"}])
+    aml = {"subscriptionId": "s", "resourceGroup": "r", "workspaceName": "w", "computeTarget": "c"}
+    config = v1_config(trainingServicePlatform="aml", amlConfig=aml)
     with pytest.raises(ConfigError) as info:
         parse_config(config, tmp_path)
     platform = [i for i in info.value.issues if i.path == "trainingServicePlatform"]
     assert len(platform) == 1
     assert "not supported by this nnix version" in platform[0].message
-    assert platform[0].hint == "supported platforms: local"
+    assert platform[0].hint == "supported platforms: local, remote"
+
+
+@needs_space
+def test_v1_machine_list_lands_in_the_remote_schema_with_secrets_masked(tmp_path: Path) -> None:
+    from nnix.config import RemoteConfig, config_secrets, parse_config, restore_secrets
+
+    (tmp_path / "search_space.json").write_text('{"x": {"_type": "choice", "_value": [1, 2]}}')
+    config = v1_config(
+        trainingServicePlatform="remote",
+        tuner={"builtinTunerName": "Random"},
+        remoteConfig={"reuse": False},
+        machineList=[
+            {"ip": "10.0.0.2", "port": 2222, "username": "me", "sshKeyPath": "~/.ssh/k", "passphrase": "pp",
+             "gpuIndices": "0,1", "maxTrialNumPerGpu": 2, "useActiveGpu": True, "pythonPath": "/opt/py/bin"},
+            {"ip": "10.0.0.3", "username": "me", "passwd": "pw"},
+        ],
+    )
+    config["trial"]["gpuNum"] = 1
+    loaded = parse_config(config, tmp_path).config
+    ts = loaded.training_service
+    assert isinstance(ts, RemoteConfig) and ts.reuse_mode is False
+    first, second = ts.machine_list
+    assert (first.host, first.port, first.user, first.ssh_key_file) == ("10.0.0.2", 2222, "me", Path.home() / ".ssh/k")
+    assert first.ssh_passphrase is not None and first.ssh_passphrase.get_secret_value() == "pp"
+    assert (first.gpu_indices, first.max_trial_number_per_gpu, first.use_active_gpu) == ([0, 1], 2, True)
+    assert first.python_path == "/opt/py/bin" and second.port == 22
+    assert second.password is not None and second.password.get_secret_value() == "pw"
+    stored = loaded.model_dump(mode="json")
+    assert "pw" not in str(stored) and "'pp'" not in str(stored)  # masked wherever shown or stored
+    secrets = config_secrets(loaded)
+    assert secrets == {"training_service.machine_list.0.ssh_passphrase": "pp",
+                       "training_service.machine_list.1.password": "pw"}
+    back = type(loaded).model_validate(restore_secrets(stored, secrets)).training_service
+    assert isinstance(back, RemoteConfig) and back.machine_list[1].password is not None
+    assert back.machine_list[1].password.get_secret_value() == "pw"
 
 
 @needs_space

@@ -9,7 +9,14 @@ once. Types:
 
 agent → manager   ``hello`` (version, environment, resources, trials it still runs),
                   ``started``, ``metrics``, ``exited`` (the runner's events), ``heartbeat``
-manager → agent   ``run`` (a :class:`~nnix.agent.runner.TrialSpec`), ``kill``, ``shutdown``
+manager → agent   ``run`` (a :class:`~nnix.agent.runner.TrialSpec`), ``attach`` (watch a trial that
+                  an earlier agent started: it outlived that agent), ``kill``, ``shutdown``
+
+``hello`` opens (and, after a network cut, re-opens) a session; it is not part of the numbered stream
+(its ``seq`` is 0). Its ``instance`` is a nonce of the agent process: a restarted agent is a new
+instance and starts its numbering again. Commands are idempotent (``run`` of a trial the agent already
+runs, ``attach`` of one it already watches, a second ``kill`` or ``shutdown``: no effect), so a command
+delivered twice across a reconnect does no harm.
 
 Version rule: manager and agent must agree on (major, minor) of the nnix version, compared as
 integers (so 0.10 is not 0.1 — NNI compared strings and got two-digit minors wrong).
@@ -32,7 +39,8 @@ class Hello:
     environment_id: str
     version: str
     resources: dict[str, Any] = field(default_factory=dict)  # {"cpus": n, "gpus": [{index, util, ...}]}
-    running: list[str] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)  # trials it runs or has not yet reported the exit of
+    instance: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,18 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Attach:
+    """Watch a trial started by an earlier agent (its process group outlived that agent): report the
+    metrics after channel line ``after_index`` and its exit."""
+
+    trial_id: str
+    output_dir: str
+    pid: int | None
+    pid_start: str | None
+    after_index: int = -1
+
+
+@dataclass(frozen=True)
 class Kill:
     trial_id: str
 
@@ -53,9 +73,10 @@ class Kill:
 @dataclass(frozen=True)
 class Shutdown:
     reason: str = ""
+    kill_trials: bool = False  # False: the agent exits and its trials run on (a later agent can attach)
 
 
-Message = Hello | Heartbeat | Started | Metrics | Exited | Run | Kill | Shutdown
+Message = Hello | Heartbeat | Started | Metrics | Exited | Run | Attach | Kill | Shutdown
 
 _TYPES: dict[str, type[Any]] = {
     "hello": Hello,
@@ -64,6 +85,7 @@ _TYPES: dict[str, type[Any]] = {
     "metrics": Metrics,
     "exited": Exited,
     "run": Run,
+    "attach": Attach,
     "kill": Kill,
     "shutdown": Shutdown,
 }

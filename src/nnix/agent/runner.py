@@ -66,9 +66,19 @@ class Exited:
     exit_code: int | None  # None: unknown (killed, or vanished while nobody watched)
     signal: int | None = None
     stderr_tail: str = ""
+    message: str = ""  # why, when the environment knows better than an exit code (e.g. "host h lost")
 
 
-RunnerEvent = Started | Metrics | Exited
+@dataclass(frozen=True)
+class Requeued:
+    """Emitted by a service (never by the runner): the trial's environment was lost and the trial
+    should run again elsewhere, from scratch. The manager puts it back to WAITING."""
+
+    trial_id: str
+    reason: str
+
+
+RunnerEvent = Started | Metrics | Exited | Requeued
 
 
 def process_start_token(pid: int) -> str | None:

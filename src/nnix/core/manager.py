@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nnix.agent.runner import Exited, Metrics, RunnerEvent, TrialSpec
+from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
 from nnix.core.events import (
     DataImported,
@@ -35,6 +35,7 @@ from nnix.core.events import (
     TrialCancelRequested,
     TrialCreated,
     TrialEnded,
+    TrialRequeued,
     TrialStarted,
 )
 from nnix.core.state import ExperimentState, TrialState, fold_store
@@ -203,6 +204,8 @@ class ExperimentManager:
                 self._record_metrics(ev)
             elif isinstance(ev, Exited):
                 self._record_exit(ev)
+            elif isinstance(ev, Requeued):
+                self._record_requeue(ev)
 
     def _record_metrics(self, ev: Metrics) -> None:
         t = self.state.trials.get(ev.trial_id)
@@ -269,8 +272,19 @@ class ExperimentManager:
             status, message = TrialStatus.FAILED, f"killed by signal {ev.signal}"
         else:
             status = TrialStatus.FAILED
-            message = "the trial process ended while no manager watched it; exit status unknown"
+            message = ev.message or "the trial process ended while no manager watched it; exit status unknown"
         self.record(TrialEnded(ev.trial_id, status, ev.exit_code, message))
+
+    def _record_requeue(self, ev: Requeued) -> None:
+        t = self.state.trials.get(ev.trial_id)
+        if t is None or t.status.is_terminal:
+            return
+        if t.cancel_reason is not None:  # it was being stopped anyway: it ends here
+            self.record(TrialEnded(ev.trial_id, t.cancel_reason.status, None, f"canceled ({ev.reason})"))
+            return
+        log.warning("trial %s goes back to the queue: %s", ev.trial_id, ev.reason)
+        self._assessed.pop(ev.trial_id, None)
+        self.record(TrialRequeued(ev.trial_id, ev.reason))
 
     # --- tuner -------------------------------------------------------------------------------
     def _search_space(self) -> SearchSpace:
@@ -450,7 +464,11 @@ class ExperimentManager:
     async def run(self, action: str = "create", port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
         """Run until the experiment is finished (or stopped). Returns the final status."""
         self.record(ManagerStarted(os.getpid(), action, port, host))
-        await self.service.start()
+        try:
+            await self.service.start()
+        except NnixError as e:  # e.g. no remote machine reachable: say so where users look, then fail
+            self._set_status(ExperimentStatus.ERROR, e.message)
+            raise
         if action == "resume":
             await self._reattach()
         if self.state.status is not ExperimentStatus.ERROR or action == "resume":

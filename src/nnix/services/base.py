@@ -15,10 +15,19 @@ Invariants (every service):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from nnix.agent.runner import Started, TrialSpec
+
+
+@dataclass(frozen=True)
+class ServiceContext:
+    """What a service may need to know about its experiment (given to ``from_config`` as ``context``)."""
+
+    experiment_id: str
+    experiment_dir: Path
 
 
 class TrainingService(Protocol):

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialRunner, TrialSpec
+from nnix.services.base import ServiceContext
 from nnix.services.gpu import GpuInventory, GpuScheduler, NvmlInventory
 
 if TYPE_CHECKING:
-    from nnix.config import ExperimentConfig
+    from nnix.config import ExperimentConfig, LocalConfig
 
 ENVIRONMENT_ID = "local-env"
 
@@ -45,9 +46,13 @@ class LocalService:
 
     @classmethod
     def from_config(
-        cls, config: ExperimentConfig, emit: Callable[[RunnerEvent], None], **options: Any
+        cls,
+        config: ExperimentConfig,
+        emit: Callable[[RunnerEvent], None],
+        context: ServiceContext | None = None,
+        **options: Any,
     ) -> LocalService:
-        ts = config.training_service
+        ts = cast("LocalConfig", config.training_service)
         return cls(
             emit,
             trial_gpu_number=config.trial_gpu_number,

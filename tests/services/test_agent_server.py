@@ -1,0 +1,136 @@
+"""The manager's agent endpoint over real HTTP: tokens, version refusal, seq dedup, long polls, retirement."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import time
+from typing import Any
+
+from nnix.agent.protocol import Hello, Kill, Message, encode
+from nnix.agent.runner import Metrics
+from nnix.services.agent_server import AgentServer
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.hellos: list[Hello] = []
+        self.messages: list[Message] = []
+        self.refusals: list[str] = []
+
+    def on_hello(self, environment_id: str, hello: Hello) -> None:
+        self.hellos.append(hello)
+
+    def on_message(self, environment_id: str, message: Message) -> None:
+        self.messages.append(message)
+
+    def on_refused(self, environment_id: str, reason: str) -> None:
+        self.refusals.append(reason)
+
+
+def _request(port: int, method: str, path: str, token: str, body: Any = None) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data, headers={"Authorization": f"Bearer {token}"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+    finally:
+        conn.close()
+
+
+async def _call(port: int, method: str, path: str, token: str, body: Any = None) -> tuple[int, Any]:
+    return await asyncio.to_thread(_request, port, method, path, token, body)
+
+
+def _metric(seq: int) -> dict[str, Any]:
+    return encode(Metrics("t1", [(seq, {"type": "PERIODICAL", "sequence": seq, "value": seq})]), seq)
+
+
+def test_tokens_versions_dedup_and_retirement() -> None:
+    async def main() -> None:
+        server = AgentServer()
+        await server.start()
+        rec = Recorder()
+        ep = server.register("env-1", rec)
+        base = "/agent/v1/env-1"
+        try:
+            hello = encode(Hello("env-1", "0.1.3", {"cpus": 2}, [], "inst-a"), 0)
+            # wrong token, unknown environment
+            status, body = await _call(server.port, "POST", f"{base}/hello", "not-the-token", hello)
+            assert status == 401 and "wrong or missing token" in body["error"]
+            status, _ = await _call(server.port, "POST", "/agent/v1/nope/hello", ep.token, hello)
+            assert status == 404
+            assert rec.hellos == [] and ep.last_contact is None
+            # messages before any hello: say hello first
+            status, _ = await _call(server.port, "POST", f"{base}/messages", ep.token,
+                                    {"instance": "inst-a", "messages": [_metric(1)]})
+            assert status == 428
+            # incompatible version: refused, and the handler hears why
+            old = encode(Hello("env-1", "0.10.0", {}, [], "inst-a"), 0)
+            status, body = await _call(server.port, "POST", f"{base}/hello", ep.token, old)
+            assert status == 409 and "0.10.0" in body["error"] and server.version in body["error"]
+            assert rec.refusals and "0.10.0" in rec.refusals[0]
+            # a good hello
+            status, body = await _call(server.port, "POST", f"{base}/hello", ep.token, hello)
+            assert status == 200 and body["acked"] == 0 and body["commands_after"] == 0
+            assert rec.hellos[0].resources == {"cpus": 2}
+            # a batch re-sent (its answer was lost) is applied once
+            status, body = await _call(server.port, "POST", f"{base}/messages", ep.token,
+                                       {"instance": "inst-a", "messages": [_metric(1), _metric(2), _metric(3)]})
+            assert (status, body) == (200, {"acked": 3})
+            status, body = await _call(server.port, "POST", f"{base}/messages", ep.token,
+                                       {"instance": "inst-a", "messages": [_metric(2), _metric(3), _metric(4)]})
+            assert (status, body) == (200, {"acked": 4})
+            assert [m.items[0][0] for m in rec.messages if isinstance(m, Metrics)] == [1, 2, 3, 4]
+            # the same instance saying hello again learns what was applied
+            status, body = await _call(server.port, "POST", f"{base}/hello", ep.token, hello)
+            assert body["acked"] == 4
+            # a new instance (a restarted agent) starts its numbering again
+            status, body = await _call(server.port, "POST", f"{base}/hello", ep.token,
+                                       encode(Hello("env-1", "0.1.0", {}, [], "inst-b"), 0))
+            assert body["acked"] == 0
+            # retired: 410 with the reason
+            server.retire("env-1", "host lost")
+            status, body = await _call(server.port, "GET", f"{base}/commands?after=0&wait=0&instance=inst-b",
+                                       ep.token)
+            assert (status, body["error"]) == (410, "host lost")
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+def test_long_poll_returns_as_soon_as_a_command_is_queued() -> None:
+    async def main() -> None:
+        server = AgentServer(poll_wait=10)
+        await server.start()
+        ep = server.register("env-1", Recorder())
+        base = "/agent/v1/env-1"
+        try:
+            await _call(server.port, "POST", f"{base}/hello", ep.token,
+                        encode(Hello("env-1", server.version, {}, [], "i"), 0))
+            t0 = time.monotonic()
+            status, body = await _call(server.port, "GET", f"{base}/commands?after=0&wait=0.2&instance=i", ep.token)
+            assert status == 200 and body == {"commands": []} and 0.15 < time.monotonic() - t0 < 2
+
+            async def later() -> None:
+                await asyncio.sleep(0.3)
+                ep.send(Kill("t1"))
+
+            sender = asyncio.create_task(later())
+            t0 = time.monotonic()
+            status, body = await _call(server.port, "GET", f"{base}/commands?after=0&wait=5&instance=i", ep.token)
+            await sender
+            assert time.monotonic() - t0 < 2
+            assert [c["type"] for c in body["commands"]] == ["kill"] and body["commands"][0]["seq"] == 1
+            # not yet confirmed: delivered again; confirmed by after=1: gone
+            _, body = await _call(server.port, "GET", f"{base}/commands?after=0&wait=0&instance=i", ep.token)
+            assert len(body["commands"]) == 1
+            _, body = await _call(server.port, "GET", f"{base}/commands?after=1&wait=0&instance=i", ep.token)
+            assert body["commands"] == [] and ep.pending == 0
+        finally:
+            await server.close()
+
+    asyncio.run(main())
