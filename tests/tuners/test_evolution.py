@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from nnix.core.status import TrialStatus
+from nnix.registry import AlgorithmRef, resolve, validate_args
+from nnix.space import SearchSpace, contains, key
+from nnix.testing.tuners import TunerContract
+from nnix.tuners.base import Direction, TrialRecord, TunerContext
+from nnix.tuners.evolution import EvolutionArgs, EvolutionTuner
+from nnix.tuners.random import RandomTuner
+
+SMALL: dict[str, Any] = {
+    "c": {"_type": "choice", "_value": ["a", "b"]},
+    "r": {"_type": "randint", "_value": [0, 3]},
+}
+EVERY_TYPE: dict[str, Any] = {
+    "a": {"_type": "choice", "_value": [1, "two", 3.5]},
+    "b": {"_type": "randint", "_value": [1, 10]},
+    "c": {"_type": "uniform", "_value": [0, 1]},
+    "d": {"_type": "quniform", "_value": [0, 10, 2.5]},
+    "e": {"_type": "loguniform", "_value": [1e-5, 1]},
+    "f": {"_type": "qloguniform", "_value": [1, 100, 1]},
+    "g": {"_type": "normal", "_value": [0, 1]},
+    "h": {"_type": "qnormal", "_value": [0, 1, 0.5]},
+    "i": {"_type": "lognormal", "_value": [0, 1]},
+    "j": {"_type": "qlognormal", "_value": [0, 1, 0.5]},
+}
+NESTED: dict[str, Any] = {
+    "layer": {
+        "_type": "choice",
+        "_value": [
+            {"_name": "Empty"},
+            {"_name": "Conv", "k": {"_type": "choice", "_value": [1, 3]}, "lr": {"_type": "uniform", "_value": [0, 1]}},
+            {"_name": "Dense", "units": {"_type": "quniform", "_value": [8, 32, 8]}},
+        ],
+    },
+    "act": {"_type": "choice", "_value": ["relu", "tanh"]},
+}
+NESTED_CONTINUOUS: dict[str, Any] = {**NESTED, "x": {"_type": "normal", "_value": [0, 1]}}
+QUADRATIC: dict[str, Any] = {
+    "x": {"_type": "uniform", "_value": [-10, 10]},
+    "y": {"_type": "uniform", "_value": [-10, 10]},
+}
+
+
+def small_population() -> EvolutionTuner:
+    return EvolutionTuner(EvolutionArgs(population_size=4))
+
+
+class TestEvolutionContract(TunerContract):
+    tuner_factory = staticmethod(small_population)
+    spaces = (SMALL, EVERY_TYPE, NESTED, NESTED_CONTINUOUS, {})
+    rounds = 8
+
+
+class TestEvolutionDefaultsContract(TunerContract):
+    tuner_factory = staticmethod(lambda: EvolutionTuner())
+    spaces = (EVERY_TYPE, NESTED)
+
+
+def ctx(
+    raw: dict[str, Any],
+    history: list[TrialRecord] | tuple[TrialRecord, ...] = (),
+    seed: int = 1,
+    direction: Direction = Direction.MAXIMIZE,
+) -> TunerContext:
+    return TunerContext(SearchSpace.from_json(raw), direction, seed, tuple(history))
+
+
+def test_first_population_is_random_then_one_parameter_mutates() -> None:
+    tuner = small_population()
+    first = tuner.suggest(ctx(QUADRATIC), range(4))
+    assert first == RandomTuner().suggest(ctx(QUADRATIC), range(4))  # the same draws as Random
+    history = [TrialRecord(i, p, TrialStatus.SUCCEEDED, -(p["x"] ** 2) - p["y"] ** 2) for i, p in enumerate(first)]
+    children = tuner.suggest(ctx(QUADRATIC, history), range(4, 8))
+    parents = [r.params for r in history]
+    for child in children:  # each child differs from some parent in exactly one parameter
+        assert any(sum(child[k] != parent[k] for k in child) <= 1 for parent in parents)
+
+
+def test_tournament_winners_are_the_better_ones() -> None:
+    history = [TrialRecord(i, {"x": float(i - 10), "y": 0.0}, TrialStatus.SUCCEEDED, float(i)) for i in range(20)]
+    tuner = EvolutionTuner(EvolutionArgs(population_size=20))
+    children = tuner.suggest(ctx(QUADRATIC, history), range(20, 40))
+    # a child keeps either its parent's x (mutated y) or draws a new x: kept xs come from winners
+    kept = [c["x"] for c in children if c["x"] in {float(i - 10) for i in range(20)}]
+    assert kept and statistics.median(kept) > 0  # rewards grow with x (maximize)
+    low = EvolutionTuner(EvolutionArgs(population_size=20)).suggest(
+        ctx(QUADRATIC, history, direction=Direction.MINIMIZE), range(20, 40)
+    )
+    kept_low = [c["x"] for c in low if c["x"] in {float(i - 10) for i in range(20)}]
+    assert kept_low and statistics.median(kept_low) < 0
+
+
+def test_failed_trials_are_replaced_by_random_individuals() -> None:
+    tuner = small_population()
+    first = tuner.suggest(ctx(QUADRATIC), range(4))
+    history = [
+        TrialRecord(i, p, TrialStatus.FAILED if i < 2 else TrialStatus.SUCCEEDED, 1.0 if i >= 2 else None)
+        for i, p in enumerate(first)
+    ]
+    again = tuner.suggest(ctx(QUADRATIC, history), [4, 5, 6])
+    assert again[:2] == RandomTuner().suggest(ctx(QUADRATIC), [4, 5])  # two fresh random individuals
+
+
+def test_not_now_while_the_population_is_running() -> None:
+    tuner = small_population()
+    running = [TrialRecord(i, p, TrialStatus.RUNNING) for i, p in enumerate(tuner.suggest(ctx(QUADRATIC), range(4)))]
+    assert tuner.suggest(ctx(QUADRATIC, running), [4, 5]) == []
+    one_done = [TrialRecord(0, running[0].params, TrialStatus.SUCCEEDED, 0.0), *running[1:]]
+    assert len(tuner.suggest(ctx(QUADRATIC, one_done), [4, 5])) == 1  # a metric of 0 is a result
+
+
+def test_optimises_better_than_random() -> None:
+    def run(tuner: Any, seed: int) -> float:
+        history: list[TrialRecord] = []
+        best = -math.inf
+        for pid in range(120):
+            (p,) = tuner.suggest(ctx(QUADRATIC, history, seed), [pid])
+            v = -((p["x"] - 1) ** 2) - (p["y"] + 2) ** 2
+            best = max(best, v)
+            history.append(TrialRecord(pid, p, TrialStatus.SUCCEEDED, v))
+        return best
+
+    evo = [run(EvolutionTuner(EvolutionArgs(population_size=10)), s) for s in range(5)]
+    rnd = [run(RandomTuner(), s) for s in range(5)]
+    assert statistics.median(evo) > statistics.median(rnd)
+
+
+def test_imported_records_join_the_population() -> None:
+    imported = [TrialRecord(-(i + 1), {"x": 5.0, "y": float(i)}, TrialStatus.SUCCEEDED, 1.0) for i in range(4)]
+    children = small_population().suggest(ctx(QUADRATIC, imported), range(3))
+    assert all(c["x"] == 5.0 or c["y"] in {0.0, 1.0, 2.0, 3.0} for c in children)
+
+
+def test_nested_mutation_stays_valid() -> None:
+    space = SearchSpace.from_json(NESTED_CONTINUOUS)
+    tuner = small_population()
+    history: list[TrialRecord] = []
+    for pid in range(40):
+        (p,) = tuner.suggest(ctx(NESTED_CONTINUOUS, history), [pid])
+        assert contains(space, p)
+        history.append(TrialRecord(pid, p, TrialStatus.SUCCEEDED, float(pid % 7)))
+    assert len({key(r.params) for r in history}) > 30
+
+
+def test_args() -> None:
+    assert EvolutionArgs().optimize_mode == "maximize" and EvolutionArgs().population_size == 32
+    with pytest.raises(ValidationError):
+        EvolutionArgs(population_size=0)
+    (issue,) = validate_args(EvolutionTuner, {"population": 3}, "t")
+    assert issue.hint == "did you mean 'population_size'?"
+    assert resolve("tuner", AlgorithmRef(name="evolution")) is EvolutionTuner

@@ -1,0 +1,210 @@
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from nnix.core.status import TrialStatus
+from nnix.errors import NoMoreTrialsError
+from nnix.registry import AlgorithmRef, resolve, validate_args
+from nnix.space import SearchSpace, contains, grid, key
+from nnix.testing.tuners import TunerContract
+from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
+from nnix.tuners.random import RandomTuner
+from nnix.tuners.tpe import HyperoptArgs, TpeArgs, TpeLegacyTuner, TpeTuner, TpeTunerArgs
+
+SMALL: dict[str, Any] = {
+    "c": {"_type": "choice", "_value": ["a", "b"]},
+    "r": {"_type": "randint", "_value": [0, 3]},
+}
+CONTINUOUS: dict[str, Any] = {
+    "lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
+    "bs": {"_type": "choice", "_value": [16, 32, 64]},
+}
+EVERY_TYPE: dict[str, Any] = {
+    "a": {"_type": "choice", "_value": [1, "two", 3.5]},
+    "b": {"_type": "randint", "_value": [1, 10]},
+    "c": {"_type": "uniform", "_value": [0, 1]},
+    "d": {"_type": "quniform", "_value": [0, 10, 2.5]},
+    "e": {"_type": "loguniform", "_value": [1e-5, 1]},
+    "f": {"_type": "qloguniform", "_value": [1, 100, 1]},
+    "g": {"_type": "normal", "_value": [0, 1]},
+    "h": {"_type": "qnormal", "_value": [0, 1, 0.5]},
+    "i": {"_type": "lognormal", "_value": [0, 1]},
+    "j": {"_type": "qlognormal", "_value": [0, 1, 0.5]},
+}
+NESTED: dict[str, Any] = {
+    "layer": {
+        "_type": "choice",
+        "_value": [
+            {"_name": "Empty"},
+            {"_name": "Conv", "k": {"_type": "choice", "_value": [1, 3]}, "lr": {"_type": "uniform", "_value": [0, 1]}},
+            {"_name": "Dense", "units": {"_type": "quniform", "_value": [8, 32, 8]}},
+        ],
+    },
+    "act": {"_type": "choice", "_value": ["relu", "tanh"]},
+}
+NESTED_CONTINUOUS: dict[str, Any] = {**NESTED, "x": {"_type": "normal", "_value": [0, 2]}}
+QUADRATIC: dict[str, Any] = {"x": {"_type": "uniform", "_value": [-10, 10]}}
+
+
+def fast_tpe() -> Tuner:
+    """A TPE that models after 4 observations, so the contract's short drives exercise the model."""
+    return TpeTuner(TpeTunerArgs(tpe_args=TpeArgs(n_startup_jobs=4)))
+
+
+class TestTpeContract(TunerContract):
+    tuner_factory = staticmethod(fast_tpe)
+    spaces = (SMALL, CONTINUOUS, EVERY_TYPE, NESTED, NESTED_CONTINUOUS, {})
+    rounds = 8
+
+
+class TestTpeDefaultsContract(TunerContract):
+    tuner_factory = staticmethod(lambda: TpeTuner())
+    spaces = (SMALL, EVERY_TYPE, NESTED)
+
+
+class TestTpeLegacyContract(TunerContract):
+    tuner_factory = staticmethod(lambda: TpeLegacyTuner(HyperoptArgs(parallel_optimize=True)))
+    spaces = (SMALL, EVERY_TYPE, NESTED_CONTINUOUS)
+    rounds = 9
+
+
+def ctx(
+    raw: dict[str, Any],
+    history: list[TrialRecord] | tuple[TrialRecord, ...] = (),
+    seed: int = 1,
+    direction: Direction = Direction.MINIMIZE,
+) -> TunerContext:
+    return TunerContext(SearchSpace.from_json(raw), direction, seed, tuple(history))
+
+
+def optimise(tuner: Tuner, raw: dict[str, Any], f: Any, n: int, seed: int) -> float:
+    history: list[TrialRecord] = []
+    best = math.inf
+    for pid in range(n):
+        (params,) = tuner.suggest(ctx(raw, history, seed), [pid])
+        value = f(params)
+        best = min(best, value)
+        history.append(TrialRecord(pid, params, TrialStatus.SUCCEEDED, value))
+    return best
+
+
+def test_beats_random_on_a_quadratic() -> None:
+    def f(p: dict[str, Any]) -> float:
+        return float((p["x"] - 3.3) ** 2)
+
+    tpe = [optimise(TpeTuner(), QUADRATIC, f, 60, seed) for seed in range(5)]
+    rnd = [optimise(RandomTuner(), QUADRATIC, f, 60, seed) for seed in range(5)]
+    assert statistics.median(tpe) < statistics.median(rnd) / 5
+    assert statistics.median(tpe) < 1e-3
+
+
+def test_maximize_and_minimize_go_opposite_ways() -> None:
+    history = [TrialRecord(i, {"x": x}, TrialStatus.SUCCEEDED, x) for i, x in enumerate(range(-10, 10))]
+    low = TpeTuner().suggest(ctx(QUADRATIC, history, direction=Direction.MINIMIZE), range(100, 110))
+    high = TpeTuner().suggest(ctx(QUADRATIC, history, direction=Direction.MAXIMIZE), range(100, 110))
+    assert statistics.median(p["x"] for p in low) < -5
+    assert statistics.median(p["x"] for p in high) > 5
+
+
+def test_metric_zero_is_data_and_failures_add_nothing() -> None:
+    good = [TrialRecord(i, {"x": 8.0 + i / 10}, TrialStatus.SUCCEEDED, 0.0) for i in range(3)]
+    rest = [TrialRecord(10 + i, {"x": -9.0 + i}, TrialStatus.SUCCEEDED, 1.0 + i) for i in range(12)]
+    failed = [TrialRecord(30 + i, {"x": -5.0 + i / 10}, TrialStatus.FAILED) for i in range(30)]
+    proposals = TpeTuner().suggest(ctx(QUADRATIC, good + rest + failed), range(100, 108))
+    assert statistics.median(p["x"] for p in proposals) > 6  # near the zeros, not near the failures
+    # failed and cancelled trials without a value change nothing
+    assert TpeTuner().suggest(ctx(QUADRATIC, good + rest), range(100, 108)) == proposals
+
+
+def test_imported_records_are_used() -> None:
+    imported = [TrialRecord(-(i + 1), {"x": -9.5 + i}, TrialStatus.SUCCEEDED, (i - 1.0) ** 2) for i in range(15)]
+    proposals = TpeTuner().suggest(ctx(QUADRATIC, imported), range(5))
+    assert statistics.median(p["x"] for p in proposals) < -6  # around the imported optimum at -8.5
+    assert proposals != TpeTuner().suggest(ctx(QUADRATIC), range(5))
+
+
+def test_constant_liar_spreads_a_batch() -> None:
+    history = [TrialRecord(i, {"x": -10 + i}, TrialStatus.SUCCEEDED, abs(i - 10.0)) for i in range(20)]
+    running = [TrialRecord(20 + i, {"x": 0.1 * i}, TrialStatus.RUNNING) for i in range(3)]
+    liar = TpeTuner(TpeTunerArgs(tpe_args=TpeArgs(constant_liar_type="worst")))
+    plain = TpeTuner(TpeTunerArgs(tpe_args=TpeArgs(constant_liar_type=None)))
+    with_running = liar.suggest(ctx(QUADRATIC, history + running), range(30, 36))
+    assert with_running != liar.suggest(ctx(QUADRATIC, history), range(30, 36))  # running trials matter
+    assert plain.suggest(ctx(QUADRATIC, history + running), range(30, 36)) == plain.suggest(
+        ctx(QUADRATIC, history), range(30, 36)
+    )
+    # the liar pushes later proposals of the batch away from the earlier ones
+    xs = [p["x"] for p in with_running]
+    assert len({round(x, 6) for x in xs}) == len(xs)
+    assert min(abs(x - r.params["x"]) for x in xs for r in running) > 1e-6
+
+
+def test_batch_proposals_are_liars_for_each_other() -> None:
+    history = [TrialRecord(i, {"x": -10 + i}, TrialStatus.SUCCEEDED, abs(i - 10.0)) for i in range(20)]
+    tuner = TpeTuner(TpeTunerArgs(tpe_args=TpeArgs(constant_liar_type="worst")))
+    first, second = tuner.suggest(ctx(QUADRATIC, history), [50, 51])
+    pending = TrialRecord(50, first, TrialStatus.WAITING)
+    assert TpeTuner(TpeTunerArgs(tpe_args=TpeArgs(constant_liar_type="worst"))).suggest(
+        ctx(QUADRATIC, [*history, pending]), [51]
+    ) == [second]
+
+
+def test_discrete_space_is_exhausted_without_repeats() -> None:
+    tuner = TpeTuner(TpeTunerArgs(tpe_args=TpeArgs(n_startup_jobs=1)))
+    history: list[TrialRecord] = []
+    for pid in range(6):
+        (params,) = tuner.suggest(ctx(SMALL, history), [pid])
+        history.append(TrialRecord(pid, params, TrialStatus.SUCCEEDED, float(pid % 3)))
+    assert {key(r.params) for r in history} == {key(p) for p in grid(SearchSpace.from_json(SMALL))}
+    with pytest.raises(NoMoreTrialsError):
+        tuner.suggest(ctx(SMALL, history), [6])
+
+
+def test_nested_proposals_use_their_branch_history() -> None:
+    space = SearchSpace.from_json(NESTED)
+    history = []
+    for i in range(30):
+        if i % 3 == 0:
+            params: dict[str, Any] = {"layer": {"_name": "Conv", "k": 3, "lr": 0.9 - i / 100}, "act": "tanh"}
+            value = 0.01 * i
+        else:
+            params = {"layer": {"_name": "Empty"}, "act": "relu"}
+            value = 5.0 + i
+        history.append(TrialRecord(i, params, TrialStatus.SUCCEEDED, value))
+    proposals = TpeTuner().suggest(ctx(NESTED, history), range(100, 110))
+    assert all(contains(space, p) for p in proposals)
+    conv = [p for p in proposals if p["layer"]["_name"] == "Conv"]
+    assert len(conv) >= 6
+    assert statistics.median(p["layer"]["lr"] for p in conv) > 0.5
+
+
+def test_seed_argument_overrides_the_experiment_seed() -> None:
+    fixed = TpeTuner(TpeTunerArgs(seed=7))
+    assert fixed.suggest(ctx(CONTINUOUS, seed=1), [0, 1]) == fixed.suggest(ctx(CONTINUOUS, seed=2), [0, 1])
+    assert TpeTuner().suggest(ctx(CONTINUOUS, seed=1), [0, 1]) != TpeTuner().suggest(ctx(CONTINUOUS, seed=2), [0, 1])
+
+
+def test_args() -> None:
+    args = TpeTunerArgs.model_validate({"optimize_mode": "maximize", "tpe_args": {"gamma": 0.2, "n_startup_jobs": 5}})
+    assert args.tpe_args.gamma == 0.2 and args.tpe_args.n_ei_candidates == 24
+    assert TpeTunerArgs().optimize_mode == "minimize"
+    assert TpeTunerArgs.model_validate({"tpe_args": {"constant_liar_type": None}}).tpe_args.constant_liar_type is None
+    for bad in ({"gamma": 1.5}, {"gamma": 0}, {"n_startup_jobs": -1}, {"constant_liar_type": "min"}, {"gama": 0.2}):
+        with pytest.raises(ValidationError):
+            TpeTunerArgs.model_validate({"tpe_args": bad})
+    (issue,) = validate_args(TpeTuner, {"tpe_args": {"n_startup_job": 3}}, "tuner.classArgs")
+    assert issue.path == "tuner.classArgs.tpe_args.n_startup_job"
+    (issue,) = validate_args(TpeTuner, {"tpe_args": {"gamma": 2}}, "tuner.classArgs")
+    assert issue.path == "tuner.classArgs.tpe_args.gamma"
+    assert validate_args(TpeLegacyTuner, {"parallel_optimize": True, "constant_liar_type": "mean"}, "t") == []
+    assert validate_args(TpeLegacyTuner, {"tpe_args": {}}, "t")
+
+
+def test_registered_names() -> None:
+    assert resolve("tuner", AlgorithmRef(name="TPE")) is TpeTuner
+    assert resolve("tuner", AlgorithmRef(name="TPE_legacy")) is TpeLegacyTuner
