@@ -64,3 +64,14 @@ def test_legacy_v1_config_runs(tmp_path: Path) -> None:
     st = read_state(Path(Registry().get(exp.id or "").dir))
     assert sorted(t.final_value or 0 for t in st.trials.values()) == [4, 25]
     assert st.config["trial_gpu_number"] == 0
+
+
+def test_best_follows_the_tuners_default_direction(tmp_path: Path) -> None:
+    from nnix.testing.experiments import make_experiment
+
+    _, d = make_experiment(tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}}, trialCommand="true",
+                           tuner={"name": "TPE"})
+    assert read_state(d).direction == "minimize"  # TPE minimises unless told otherwise (NNI's default)
+    _, d = make_experiment(tmp_path / "b", searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
+                           trialCommand="true", tuner={"name": "Evolution"})
+    assert read_state(d).direction == "maximize"

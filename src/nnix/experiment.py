@@ -40,7 +40,7 @@ def create(loaded: LoadedConfig | ExperimentConfig, experiment_id: str | None = 
     write_secrets(exp_dir, config_secrets(config))  # the stored config has masks where secrets were
     store = SqliteStore(exp_dir / STORE_NAME)
     try:
-        store.append([ExperimentCreated(exp_id, config.model_dump(mode="json"), seed)])
+        store.append([ExperimentCreated(exp_id, config.model_dump(mode="json"), seed, tuner_direction(config))])
     finally:
         store.close()
     registry.add(
@@ -82,6 +82,19 @@ def build_algorithm(kind: Kind, algo: AlgorithmConfig) -> tuple[Any, Direction]:
     mode = getattr(args, "optimize_mode", None)
     direction = Direction(mode) if mode in ("maximize", "minimize") else Direction.MAXIMIZE
     return cls(args), direction
+
+
+def tuner_direction(config: ExperimentConfig) -> str:
+    """The direction the tuner optimises: its ``optimize_mode``, its own default included (TPE and
+    Anneal minimise by default, most others maximise), so that "best" means what the tuner means."""
+    try:
+        cls = resolve("tuner", config.tuner.ref())
+        args_model = getattr(cls, "Args", None)
+        args = args_model.model_validate(config.tuner.class_args) if args_model else None
+        mode = getattr(args, "optimize_mode", None)
+    except Exception:  # the config was validated already; never fail creation over a display detail
+        mode = config.tuner.class_args.get("optimize_mode")
+    return str(mode) if mode in ("maximize", "minimize") else "maximize"
 
 
 def build_tuner(config: ExperimentConfig) -> tuple[Tuner, Direction]:

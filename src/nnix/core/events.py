@@ -45,6 +45,7 @@ class ExperimentCreated(Event):
     experiment_id: str
     config: dict[str, Any]
     seed: int
+    direction: str = ""  # the tuner's optimize_mode, its default included ("" in logs of nnix 0.1.0)
 
 
 @dataclass(frozen=True)

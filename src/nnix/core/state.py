@@ -91,6 +91,7 @@ class ExperimentState:
     experiment_id: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+    recorded_direction: str = ""
     status: ExperimentStatus = ExperimentStatus.INITIALIZED
     message: str = ""
     errors: list[str] = field(default_factory=list)
@@ -130,6 +131,8 @@ class ExperimentState:
 
     @property
     def direction(self) -> str:
+        if self.recorded_direction:
+            return self.recorded_direction
         tuner = self.config.get("tuner") or {}
         mode = (tuner.get("class_args") or {}).get("optimize_mode")
         return str(mode) if mode in ("maximize", "minimize") else "maximize"
@@ -158,6 +161,7 @@ class ExperimentState:
             self.experiment_id = e.experiment_id
             self.config = e.config
             self.seed = e.seed
+            self.recorded_direction = e.direction
             self.created_at = ts
             self.limits = {k: e.config.get(k) for k in LIMIT_FIELDS}
         elif isinstance(e, ManagerStarted):
