@@ -72,6 +72,7 @@ def test_best_follows_the_tuners_default_direction(tmp_path: Path) -> None:
     _, d = make_experiment(tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}}, trialCommand="true",
                            tuner={"name": "TPE"})
     assert read_state(d).direction == "minimize"  # TPE minimises unless told otherwise (NNI's default)
+    (tmp_path / "b").mkdir()
     _, d = make_experiment(tmp_path / "b", searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
                            trialCommand="true", tuner={"name": "Evolution"})
     assert read_state(d).direction == "maximize"
