@@ -73,11 +73,17 @@ def build_algorithm(kind: Kind, algo: AlgorithmConfig) -> tuple[Any, Direction]:
     """Instantiate a tuner or assessor from its config section; its direction from ``optimize_mode``."""
     cls = resolve(kind, algo.ref())
     args_model = getattr(cls, "Args", None)
-    if args_model is None:
-        raise TunerError(
-            f"{algo.class_name or algo.name} is not an nnix {kind} (it has no Args model)",
-            f"NNI-style custom {kind}s are not supported yet",
-        )
+    if args_model is None:  # an NNI-style class (generate_parameters / assess_trial), run unchanged
+        from nnix.tuners.nni_adapter import adapt
+
+        adapted = adapt(kind, cls, dict(algo.class_args))
+        if adapted is None:
+            raise TunerError(
+                f"{algo.class_name or algo.name} is neither an nnix {kind} (no Args model) nor an NNI-style one",
+                "an nnix tuner has `Args` + `suggest`; an NNI-style tuner has `generate_parameters` "
+                "(an assessor: `assess_trial`), built as cls(**classArgs)",
+            )
+        return adapted
     args = args_model.model_validate(algo.class_args)
     mode = getattr(args, "optimize_mode", None)
     direction = Direction(mode) if mode in ("maximize", "minimize") else Direction.MAXIMIZE
@@ -91,7 +97,7 @@ def tuner_direction(config: ExperimentConfig) -> str:
         cls = resolve("tuner", config.tuner.ref())
         args_model = getattr(cls, "Args", None)
         args = args_model.model_validate(config.tuner.class_args) if args_model else None
-        mode = getattr(args, "optimize_mode", None)
+        mode = getattr(args, "optimize_mode", None) if args else config.tuner.class_args.get("optimize_mode")
     except Exception:  # the config was validated already; never fail creation over a display detail
         mode = config.tuner.class_args.get("optimize_mode")
     return str(mode) if mode in ("maximize", "minimize") else "maximize"

@@ -228,3 +228,33 @@ def test_assessor_early_stops_hopeless_trials(tmp_path: Path) -> None:
     assert by_seq[0].cancel_reason is CancelReason.EARLY_STOP
     assert 6 <= len(by_seq[0].intermediate) < 100
     assert by_seq[1].status is TrialStatus.SUCCEEDED and len(by_seq[1].intermediate) == 100
+
+
+NNI_STYLE = '''
+class CountingTuner:
+    """Written the way NNI users write custom tuners (no nnix imports)."""
+
+    def __init__(self, optimize_mode="maximize"):
+        self.results = {}
+
+    def update_search_space(self, search_space):
+        self.space = search_space
+
+    def generate_parameters(self, parameter_id, **kwargs):
+        return {"x": parameter_id % 3}
+
+    def receive_trial_result(self, parameter_id, parameters, value, **kwargs):
+        self.results[parameter_id] = value
+'''
+
+
+def test_nni_style_custom_tuner_runs_unchanged(tmp_path: Path) -> None:
+    (tmp_path / "my_tuner.py").write_text(NNI_STYLE)
+    cmd = _trial(tmp_path, "nni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=4,
+                           tuner={"className": "my_tuner.CountingTuner", "codeDirectory": str(tmp_path),
+                                  "classArgs": {"optimize_mode": "minimize"}})
+    st = run_experiment(d)
+    assert st.status is ExperimentStatus.DONE
+    assert [t.params["x"] for t in sorted(st.trials.values(), key=lambda t: t.sequence_id)] == [0, 1, 2, 0]
+    assert st.direction == "minimize"

@@ -245,8 +245,8 @@ class ExperimentManager:
             return  # the contiguous prefix did not grow
         self._assessed[trial_id] = len(prefix)
         record = TrialRecord(t.parameter_id if t.parameter_id is not None else -1, t.params, t.status,
-                             t.final_value, tuple(prefix))
-        history = [r for r in self._history() if r.parameter_id != record.parameter_id] + [record]
+                             t.final_value, tuple(prefix), trial_id)
+        history = [r for r in self._history() if r.trial_id != trial_id] + [record]
         try:
             decision = self.assessor.assess(AssessorContext(self.direction, tuple(history)), record)
         except Exception as e:  # an assessor bug must not kill the experiment
@@ -309,6 +309,7 @@ class ExperimentManager:
                     status=t.status,
                     value=t.final_value,
                     intermediate=tuple(v for v in (_scalar(m.value) for m in t.intermediate) if v is not None),
+                    trial_id=t.trial_id,
                 )
             )
         return out

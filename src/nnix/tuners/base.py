@@ -51,6 +51,7 @@ class TrialRecord:
     status: TrialStatus
     value: float | None = None  # scalar final result (``default`` of a dict), None if none yet
     intermediate: tuple[float, ...] = ()
+    trial_id: str | None = None  # None for imported results
 
 
 @dataclass(frozen=True)
