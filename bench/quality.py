@@ -192,8 +192,9 @@ def discover_tuners(only: list[str] | None = None) -> tuple[dict[str, type[Any]]
             continue  # an alias of a tuner already listed
         try:
             cls = resolve("tuner", AlgorithmRef(name=name))
+            make_tuner(cls)
         except Exception as e:  # an optional extra is missing, or the module is broken
-            skipped[name] = f"cannot import: {e}"
+            skipped[name] = f"unavailable: {type(e).__name__}: {e}"
             continue
         by_value[value] = name
         found[name] = cls
@@ -217,7 +218,10 @@ def run_nnix(name: str, problem: str, seed: int, n: int) -> list[float] | str:
 
     prob = PROBLEMS[problem]
     space = SearchSpace.from_json(prob.space)
-    tuner = make_tuner(resolve("tuner", AlgorithmRef(name=name)))
+    try:
+        tuner = make_tuner(resolve("tuner", AlgorithmRef(name=name)))
+    except Exception as e:
+        return f"cannot build: {type(e).__name__}: {e}"
     history: list[TrialRecord] = []
     best = math.inf
     curve: list[float] = []

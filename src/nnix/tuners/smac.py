@@ -13,10 +13,10 @@ configurations per parameter, local and random search):
   when maximising; a metric of 0 is data; imported results count like any other); every running or
   waiting trial with the worst cost observed so far (a constant liar, so SMAC's model steers away
   from concurrent trials); every failed or cancelled trial without a value is registered as still
-  running, which SMAC never proposes again and never learns from (NNI ignores failures too).
-  Then it *asks* once per parameter id. SMAC's own randomness is seeded with ``seed`` (the same in
-  every call, so its initial design is stable across calls), which makes proposals a pure function
-  of the seed and the history.
+  running, which SMAC never proposes again and never learns from (NNI ignores failures too). Then
+  it *asks* once per parameter id, telling each answer back with the liar's cost before the next
+  ask. SMAC's own randomness is seeded with ``seed`` (the same in every call, so its initial design
+  is stable across calls), which makes proposals a pure function of the seed and the history.
 * **Search space** (NNI's SMAC types): ``choice`` (categorical, by option index), ``randint``
   (ordered integer), ``uniform``, ``loguniform`` (log-scaled float) and ``quniform`` (an ordered
   integer over its grid points, so the configuration SMAC proposed is exactly the one told back).
@@ -226,12 +226,17 @@ class SMACTuner:
                 raise exhausted()
             return out
         with tempfile.TemporaryDirectory(prefix="nnix-smac-") as tmp:
-            smac = self._smac(ctx, dims, seed, tmp)
+            smac, liar = self._smac(ctx, dims, seed, tmp)
+            m = self._modules
             for pid in parameter_ids:
                 try:
                     info = smac.ask()
-                except StopIteration:
+                except Exception as e:  # SMAC's ConfigurationSpaceExhaustedException (or StopIteration)
+                    if not isinstance(e, StopIteration) and type(e).__name__ != "ConfigurationSpaceExhaustedException":
+                        raise
                     info = None
+                if info is not None:  # the batch's next proposals see it as a result with the liar's cost
+                    smac.tell(info, m.trial_value(cost=liar), save=False)
                 params = _from_smac(dims, dict(info.config)) if info is not None else None
                 if params is None or (self.args.config_dedup and not self._dedup.is_new(params)):
                     params = propose_random(ctx.space, seed, pid, self._dedup)
@@ -246,7 +251,8 @@ class SMACTuner:
                 out.append(params)
         return out
 
-    def _smac(self, ctx: TunerContext, dims: Sequence[_Dim], seed: int, tmp: str) -> Any:
+    def _smac(self, ctx: TunerContext, dims: Sequence[_Dim], seed: int, tmp: str) -> tuple[Any, float]:
+        """A fresh SMAC told the history, and the constant liar's cost."""
         m = self._modules
         cs = _configspace(m, dims, seed)
         scenario = m.scenario(
@@ -279,4 +285,4 @@ class SMACTuner:
         for config in dict.fromkeys(failed):
             if config not in told:
                 smac.runhistory.add_running_trial(m.trial_info(config, seed=_TRIAL_SEED))
-        return smac
+        return smac, liar
