@@ -63,6 +63,7 @@ from nnix.tuners.gp import (
     exhausted,
     propose_random,
     select_new,
+    single_threaded_blas,
 )
 
 __all__ = ["DNGOArgs", "DNGOTuner"]
@@ -246,6 +247,10 @@ class DNGOTuner:
         return net
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
+        with single_threaded_blas():
+            return self._suggest(ctx, parameter_ids)
+
+    def _suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         if not parameter_ids:
             return []
         args = self.args

@@ -40,6 +40,8 @@ L-BFGS-B runs on an isotropic scikit-learn GP refitted with many restarts). Ever
   observations; ``selection_num_starting_points`` is capped to ``STARTS_CAP`` (5) L-BFGS-B
   refinements of at most ``LOCAL_ITERATIONS`` (30) iterations each (analytic gradients);
 * the unit-cube encoding of the history is cached while the history only grows.
+* BLAS runs single-threaded during a suggestion when ``threadpoolctl`` is installed (see
+  :func:`single_threaded_blas`).
 
 So a suggestion costs O(1) in the history length beyond reading it (``bench/latency.py``).
 
@@ -51,6 +53,8 @@ classArgs (NNI's, NNI defaults): ``optimize_mode`` (maximize), ``utility`` (ei),
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +86,7 @@ __all__ = [
     "maximize_in_cube",
     "propose_random",
     "select_new",
+    "single_threaded_blas",
     "warm_up_size",
 ]
 
@@ -627,6 +632,21 @@ def propose_random(space: SearchSpace, seed: int, pid: int, dedup: Deduplicator)
     return dedup.next_unseen()
 
 
+def single_threaded_blas() -> contextlib.AbstractContextManager[object]:
+    """BLAS limited to one thread while a suggestion is computed, when ``threadpoolctl`` is installed.
+
+    The matrices here are small (at most a few hundred rows): extra BLAS threads only add
+    synchronisation, and on a busy machine OpenBLAS's spinning threads can make a suggestion ten
+    times slower. Without ``threadpoolctl`` this is a no-op.
+    """
+    try:
+        module = importlib.import_module("threadpoolctl")
+    except ImportError:
+        return contextlib.nullcontext()
+    limits: contextlib.AbstractContextManager[object] = module.threadpool_limits(limits=1, user_api="blas")
+    return limits
+
+
 def exhausted() -> NoMoreTrialsError:
     return NoMoreTrialsError(
         "search space fully explored",
@@ -665,6 +685,10 @@ class GPTuner:
         self._cache = EncodingCache()
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
+        with single_threaded_blas():
+            return self._suggest(ctx, parameter_ids)
+
+    def _suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         if not parameter_ids:
             return []
         args = self.args

@@ -63,6 +63,7 @@ from nnix.tuners.gp import (
     maximize_in_cube,
     propose_random,
     select_new,
+    single_threaded_blas,
     warm_up_size,
 )
 
@@ -137,6 +138,10 @@ class MetisTuner:
         self._cache = EncodingCache()
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
+        with single_threaded_blas():
+            return self._suggest(ctx, parameter_ids)
+
+    def _suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         if not parameter_ids:
             return []
         args = self.args
