@@ -422,7 +422,75 @@ class RemoteConfig(_Model):
         return problems
 
 
-TrainingServiceConfig = Annotated[Union[LocalConfig, RemoteConfig], Field(discriminator="platform")]  # noqa: UP007
+class ClusterCommonConfig(_Model):
+    """Fields every cluster engine has (environments run the nnix agent; see :mod:`nnix.services.cluster`)."""
+
+    reuse_mode: StrictBool = True
+    """One environment (engine job) runs many trials, one after another; False: one job per trial."""
+    idle_timeout: Duration = 60
+    """Reuse mode: seconds an environment may stay without a trial before it is stopped (its job ends)."""
+
+    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
+        return []
+
+
+# --- platform: slurm (owned by the Slurm module) --------------------------------------------------
+
+
+class SlurmConfig(ClusterCommonConfig):
+    """``platform: slurm`` (new in nnix): environments are ``sbatch`` jobs running the nnix agent."""
+
+    platform: Literal["slurm"]
+
+
+# --- platform: ray (owned by the Ray module) ------------------------------------------------------
+
+
+class RayConfig(ClusterCommonConfig):
+    """``platform: ray`` (new in nnix): environments are Ray actors running the nnix agent."""
+
+    platform: Literal["ray"]
+
+
+# --- platform: kubernetes, kubeflow, frameworkcontroller (owned by the Kubernetes module) ---------
+
+
+class KubernetesConfig(ClusterCommonConfig):
+    """``platform: kubernetes`` (new in nnix): environments are ``batch/v1`` Jobs running the nnix agent."""
+
+    platform: Literal["kubernetes"]
+
+
+class KubeflowConfig(ClusterCommonConfig):
+    """``platform: kubeflow`` (NNI): environments are TFJob / PyTorchJob objects."""
+
+    platform: Literal["kubeflow"]
+
+
+class FrameworkControllerConfig(ClusterCommonConfig):
+    """``platform: frameworkcontroller`` (NNI): environments are FrameworkController ``Framework`` objects."""
+
+    platform: Literal["frameworkcontroller"]
+
+
+# --- platform: openpai (owned by the OpenPAI module) ----------------------------------------------
+
+
+class OpenpaiConfig(ClusterCommonConfig):
+    """``platform: openpai`` (NNI): environments are OpenPAI jobs submitted through its REST API."""
+
+    platform: Literal["openpai"]
+
+
+# --------------------------------------------------------------------------------------------------
+
+TrainingServiceConfig = Annotated[
+    Union[  # noqa: UP007
+        LocalConfig, RemoteConfig, SlurmConfig, RayConfig, KubernetesConfig, KubeflowConfig,
+        FrameworkControllerConfig, OpenpaiConfig,
+    ],
+    Field(discriminator="platform"),
+]
 
 
 def training_service_platforms() -> dict[str, type[BaseModel]]:
