@@ -117,10 +117,12 @@ def service_factory(
     """The training service for ``config``, found by platform name in entry points ``nnix.services``.
     ``context`` (experiment id and directory) is passed to services that need it (remote ones do)."""
     platform = config.training_service.platform
-    eps = {ep.name: ep for ep in entry_points(group="nnix.services")}
-    if platform not in eps:
-        raise TunerError(f"training service {platform!r} is not installed", f"installed: {', '.join(eps)}")
-    cls = eps[platform].load()
+    cls = options.pop("service_class", None)  # tests: the shared part of a service family with a fake engine
+    if cls is None:
+        eps = {ep.name: ep for ep in entry_points(group="nnix.services")}
+        if platform not in eps:
+            raise TunerError(f"training service {platform!r} is not installed", f"installed: {', '.join(eps)}")
+        cls = eps[platform].load()
 
     def make(emit: Callable[[RunnerEvent], None]) -> TrainingService:
         extra = {"context": context} if context is not None else {}

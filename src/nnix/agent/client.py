@@ -434,6 +434,8 @@ class AgentClient:
                 self._seen.add(message.trial_id)
                 await self._runner.attach(message.trial_id, Path(message.output_dir), message.pid,
                                           message.pid_start, message.after_index)
+            else:  # already watched: a resumed manager says what it has; send what it misses again
+                self._runner.resend(message.trial_id, message.after_index)
         elif isinstance(message, Kill):
             task = asyncio.ensure_future(self._runner.kill(message.trial_id))
             self._kills.add(task)

@@ -227,6 +227,17 @@ class TrialRunner:
         alive = pid is not None and pid_start is not None and process_start_token(pid) == pid_start
         run.task = asyncio.create_task(self._watch_foreign(run, alive))
 
+    def resend(self, trial_id: str, after_index: int) -> None:
+        """Emit again the metrics of a watched trial after channel line ``after_index`` that were already
+        sent (a manager that crashed may have acknowledged lines it never recorded)."""
+        run = self._running.get(trial_id)
+        if run is None:
+            return
+        done = run.reader.line_index
+        items = [(i, m) for i, m in MetricReader(run.reader.path).read_new() if after_index < i < done]
+        if items:
+            self._emit(Metrics(run.spec_id, items))
+
     async def kill(self, trial_id: str) -> None:
         """SIGTERM the trial's process group, SIGKILL it after the grace period. Idempotent."""
         run = self._running.get(trial_id)

@@ -213,10 +213,18 @@ class ExperimentManager:
             return
         out: list[MetricReported] = []
         last = t.last_index
+        recorded: set[int] | None = None
         for index, msg in ev.items:
             if index <= last:
-                continue  # already recorded (re-attach after a crash): never twice
-            last = index
+                # a line sent again (re-attach after a crash): recorded never twice, but recorded once even
+                # when it comes after later ones (a crashed manager acknowledged lines it did not record)
+                if recorded is None:
+                    recorded = {m.index for m in t.metrics} | {m.index for m in out}
+                if index in recorded:
+                    continue
+                recorded.add(index)
+            else:
+                last = index
             try:
                 mtype = MetricType(msg.get("type"))
                 seq = int(msg.get("sequence", 0))
@@ -399,6 +407,10 @@ class ExperimentManager:
         if self._stop_requested:
             return
         self._waiting_note = ""
+        set_demand = getattr(self.service, "set_demand", None)
+        if set_demand is not None:
+            set_demand(sum(1 for t in self.state.trials.values()
+                           if t.status is TrialStatus.WAITING and t.cancel_reason is None))
         for t in list(self.state.trials.values()):
             if t.status is not TrialStatus.WAITING or t.cancel_reason is not None:
                 continue

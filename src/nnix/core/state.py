@@ -214,9 +214,14 @@ class ExperimentState:
     ) -> None:
         """One metric of a trial (its parameter id is the trial's: not repeated per metric)."""
         t = self.trials[trial_id]
-        t.metrics.append(Metric(mtype, sequence, value, ts, index))
         if index > t.last_index:
+            t.metrics.append(Metric(mtype, sequence, value, ts, index))
             t.last_index = index
+        else:  # a line sent again after a crash, behind later ones: keep the channel's order
+            at = len(t.metrics)
+            while at > 0 and t.metrics[at - 1].index > index:
+                at -= 1
+            t.metrics.insert(at, Metric(mtype, sequence, value, ts, index))
 
     def apply_metric_row(self, seq: int, ts: float, row: list[Any]) -> None:
         """Fold a stored metric row (see :func:`nnix.core.events.metric_row`) without building the

@@ -23,6 +23,14 @@ from nnix.agent.runner import Started, TrialSpec
 
 
 @dataclass(frozen=True)
+class CapacityChanged:
+    """Emitted by a service when it can take a trial without any trial event having said so (an
+    environment came up): the manager submits waiting trials at once instead of at its next check."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class ServiceContext:
     """What a service may need to know about its experiment (given to ``from_config`` as ``context``)."""
 
@@ -47,6 +55,9 @@ class TrainingService(Protocol):
     ) -> None:
         """Resume watching a trial that an earlier manager started."""
         ...
+
+    # Optional: ``set_demand(waiting: int) -> None``, called before each round of ``submit`` with the
+    # number of trials waiting, for services that start environments ahead of time.
 
     def waiting_reason(self) -> str:
         """Why the last ``submit`` returned None, in words for the user."""

@@ -17,13 +17,32 @@ wait through :meth:`ClusterService.set_demand`), so an experiment near its end d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from nnix.agent.runner import TrialSpec
+from nnix.agent.protocol import Attach, Hello, Kill, Message, Run, Shutdown
+from nnix.agent.runner import Exited, Metrics, RunnerEvent, Started, TrialSpec
+from nnix.errors import ServiceError
+from nnix.services.agent_server import AgentServer, Endpoint
+from nnix.services.base import CapacityChanged, ServiceContext
 
-__all__ = ["EnvRequest", "EnvStatus", "Launcher"]
+if TYPE_CHECKING:
+    from nnix.config import ExperimentConfig
+
+__all__ = ["ClusterService", "EnvRequest", "EnvStatus", "Launcher"]
+
+log = logging.getLogger("nnix.services.cluster")
 
 
 @dataclass(frozen=True)
@@ -103,3 +122,539 @@ class Launcher(Protocol):
     def output_location(self, spec: TrialSpec) -> str: ...
 
     async def close(self) -> None: ...
+
+
+# --------------------------------------------------------------------------------------------------
+# The shared part
+
+
+class _StartFailed(Exception):
+    pass
+
+
+@dataclass(eq=False)
+class _Env:
+    env_id: str
+    endpoint: Endpoint
+    single: bool
+    launched_at: float
+    state: Literal["launching", "pending", "ready", "ended"] = "launching"
+    handle: str | None = None
+    trial: str | None = None
+    used: bool = False  # single: it took its one trial
+    idle_since: float | None = None
+    reason: str = ""
+    stopping: bool = False
+    adopted: bool = False  # taken over from an earlier manager (resume)
+    claims: list[str] = field(default_factory=list)
+    ended_seen: float | None = None  # when the engine first said it ended
+
+
+@dataclass(eq=False)
+class _Trial:
+    trial_id: str
+    env: _Env | None
+    location: str
+    placed: TrialSpec | None = None
+    last_index: int = -1
+    started: asyncio.Future[Started] | None = None
+
+
+def _guess_host() -> str:
+    """This machine's address on its default route (no packet is sent), else loopback."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))
+        addr = str(s.getsockname()[0])
+        if addr and not addr.startswith("0."):
+            return addr
+    return "127.0.0.1"
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class ClusterService:
+    """A training service whose environments an engine starts (see the module docstring).
+
+    Subclasses set ``platform`` and implement ``make_launcher``; ``from_config`` does the rest.
+
+    Resume: the agent endpoint's port and each environment's token and engine handle are kept in
+    ``<experiment dir>/cluster.json``. A resumed manager listens on the same port with the same tokens, so
+    the agents of the environments that kept running reconnect by themselves (they retry with backoff)
+    and report the trials they still run; their metrics are neither lost nor duplicated (line indices).
+    A trial whose environment ended meanwhile ends FAILED with the engine's reason.
+    """
+
+    platform = "cluster"
+
+    def __init__(
+        self,
+        emit: Callable[[RunnerEvent], None],
+        *,
+        launcher: Launcher,
+        context: ServiceContext | None,
+        reuse: bool = True,
+        idle_timeout: float = 60.0,
+        advertise_host: str | None = None,
+        trial_gpu_number: int | None = None,
+        max_environments: int | None = None,
+        lost_timeout: float = 60.0,
+        start_timeout: float = 60.0,
+        engine_poll_interval: float = 2.0,
+        end_grace: float = 3.0,
+        agent_request_timeout: float = 10.0,
+        poll_interval: float = 0.25,
+        kill_grace: float = 5.0,
+        port: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._emit = emit
+        self.launcher = launcher
+        self._context = context
+        self._reuse = reuse
+        self._idle_timeout = float(idle_timeout)
+        self._advertise = advertise_host
+        self._trial_gpu_number = trial_gpu_number
+        self._max_envs = max_environments
+        self._lost_after = float(lost_timeout)
+        self._start_timeout = float(start_timeout)
+        self._engine_poll = float(engine_poll_interval)
+        self._end_grace = float(end_grace)
+        self._agent_options = (
+            "--request-timeout", f"{agent_request_timeout:g}", "--poll-interval", f"{poll_interval:g}",
+            "--kill-grace", f"{kill_grace:g}",
+        )
+        self._kill_grace = kill_grace
+        self._port = port
+        self._clock = clock
+        self._server: AgentServer | None = None
+        self._url = ""
+        self._envs: dict[str, _Env] = {}
+        self._trials: dict[str, _Trial] = {}
+        self._early: list[tuple[_Env, Message]] = []
+        self._demand = 0
+        self._fatal: ServiceError | None = None
+        self._failed_starts = 0
+        self._last_failure = ""
+        self._counter = 0
+        self._closing = False
+        self._settle_deadline = 0.0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._monitor: asyncio.Task[None] | None = None
+        self._reason = ""
+
+    # --- construction --------------------------------------------------------------------------
+    @classmethod
+    def make_launcher(cls, config: ExperimentConfig, context: ServiceContext | None) -> Launcher:
+        raise NotImplementedError(f"{cls.__name__} does not say how to start its environments")
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ExperimentConfig,
+        emit: Callable[[RunnerEvent], None],
+        context: ServiceContext | None = None,
+        **options: Any,
+    ) -> ClusterService:
+        ts = config.training_service
+        launcher = options.pop("launcher", None) or cls.make_launcher(config, context)
+        common: dict[str, Any] = {
+            "reuse": bool(getattr(ts, "reuse_mode", True)),
+            "idle_timeout": float(getattr(ts, "idle_timeout", 60)),
+            "advertise_host": config.nni_manager_ip,
+            "trial_gpu_number": config.trial_gpu_number,
+        }
+        common.update(options)
+        return cls(emit, launcher=launcher, context=context, **common)
+
+    # --- state file (resume) -------------------------------------------------------------------
+    @property
+    def _state_path(self) -> Path | None:
+        return self._context.experiment_dir / "cluster.json" if self._context is not None else None
+
+    def _save(self) -> None:
+        path = self._state_path
+        if path is None or self._server is None:
+            return
+        envs = {e.env_id: {"token": e.endpoint.token, "handle": e.handle, "single": e.single}
+                for e in self._envs.values() if e.state != "ended" and e.handle is not None}
+        data = {"port": self._server.port, "url": self._url, "envs": envs}
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+
+    def _load(self) -> dict[str, Any]:
+        path = self._state_path
+        if path is None or not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._context is None:
+            raise ServiceError(f"the {self.platform} service needs its experiment's id and directory "
+                               "(a ServiceContext)")
+        advertise = self._advertise or self.launcher.advertise_host or _guess_host()
+        bind = "127.0.0.1" if _is_loopback(advertise) else "0.0.0.0"  # agents authenticate by token
+        saved = self._load()
+        port = self._port or int(saved.get("port") or 0)
+        heartbeat = max(0.2, min(5.0, self._lost_after / 4))
+        self._server = AgentServer(host=bind, port=port, heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
+        try:
+            await self._server.start()
+        except ServiceError:
+            if not port or self._port:
+                raise
+            log.warning("port %d of the earlier manager is taken: environments still running cannot reconnect",
+                        port)
+            self._server = AgentServer(host=bind, port=0, heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
+            await self._server.start()
+        self._url = f"http://{advertise}:{self._server.port}"
+        try:
+            await self.launcher.prepare()
+        except BaseException:
+            await self._server.close()
+            raise
+        for env_id, info in (saved.get("envs") or {}).items():
+            if not isinstance(info, dict) or not info.get("handle"):
+                continue
+            ep = self._server.register(env_id, self, token=str(info["token"]))
+            env = _Env(env_id, ep, bool(info.get("single")), self._clock(), state="pending",
+                       handle=str(info["handle"]), adopted=True)
+            self._envs[env_id] = env
+        if self._envs:
+            log.info("%d %s environment(s) of the earlier manager may reconnect", len(self._envs), self.platform)
+        self._settle_deadline = self._clock() + (self._lost_after if self._envs else 0.0)
+        self._save()
+        self._monitor = asyncio.create_task(self._watch())
+
+    async def close(self, kill_trials: bool) -> None:
+        self._closing = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*(t for t in [self._monitor, *self._tasks] if t is not None), return_exceptions=True)
+        stops = []
+        for env in list(self._envs.values()):
+            if env.state == "ended":
+                continue
+            if env.trial is not None and not kill_trials:
+                continue  # keeps running: a resumed manager takes it over
+            env.stopping = True
+            env.endpoint.send(Shutdown("the experiment's manager is closing", kill_trials=True))
+            stops.append(env)
+        if stops:
+            deadline = self._clock() + (self._kill_grace + 2.0 if kill_trials else 1.0)
+            while self._clock() < deadline and any(e.endpoint.delivered_command < e.endpoint.next_command - 1
+                                                   for e in stops if e.state == "ready"):
+                await asyncio.sleep(0.05)
+        await asyncio.gather(*(self._stop_env(e, "the experiment's manager is closing") for e in stops),
+                             return_exceptions=True)
+        self._save()
+        with contextlib.suppress(Exception):
+            await self.launcher.close()
+        if self._server is not None:
+            await self._server.close()
+
+    async def _stop_env(self, env: _Env, why: str) -> None:
+        env.stopping = True
+        if env.handle is not None:
+            try:
+                await self.launcher.stop(env.handle)
+            except Exception as e:  # stopping is best effort; the engine's own limits end it otherwise
+                log.warning("could not stop %s environment %s (%s): %s", self.platform, env.env_id, env.handle, e)
+        self._end_env(env, why)
+
+    def _end_env(self, env: _Env, why: str) -> None:
+        if env.state == "ended":
+            return
+        env.state, env.reason = "ended", why
+        if self._server is not None:
+            self._server.retire(env.env_id, why)
+        if env.trial is not None:
+            t = self._trials.pop(env.trial, None)
+            env.trial = None
+            if t is not None:
+                msg = f"its {self.platform} environment {env.handle or env.env_id} ended: {why}"
+                if t.started is not None and not t.started.done():
+                    t.started.set_exception(_StartFailed(msg))
+                else:
+                    self._emit(Exited(t.trial_id, None, None, "", msg))
+        if not self._closing:
+            self._save()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- environments --------------------------------------------------------------------------
+    def set_demand(self, waiting: int) -> None:
+        """How many trials wait for an environment now (the manager says so before each ``submit`` round)."""
+        self._demand = max(0, waiting)
+
+    def _live(self) -> list[_Env]:
+        return [e for e in self._envs.values() if e.state != "ended" and not e.stopping]
+
+    def _free(self, env: _Env) -> bool:
+        return env.trial is None and not (env.single and env.used) and not env.stopping and env.state != "ended"
+
+    def _ensure_envs(self) -> None:
+        if self._closing or self._fatal is not None:
+            return
+        live = self._live()
+        coming = [e for e in live if self._free(e)]
+        want = max(self._demand, 1) - len(coming)
+        if self._max_envs is not None:
+            want = min(want, self._max_envs - len(live))
+        for _ in range(max(0, want)):
+            self._counter += 1
+            env_id = f"e{self._counter}-{secrets.token_hex(3)}"
+            assert self._server is not None
+            ep = self._server.register(env_id, self)
+            env = _Env(env_id, ep, single=not self._reuse, launched_at=self._clock())
+            self._envs[env_id] = env
+            self._spawn(self._launch(env))
+
+    async def _launch(self, env: _Env) -> None:
+        request = EnvRequest(env.env_id, env.single, self._url, env.endpoint.token, self._agent_options)
+        try:
+            env.handle = await self.launcher.launch(request)
+        except ServiceError as e:
+            log.error("cannot start a %s environment: %s", self.platform, e.message)
+            self._fatal = e
+            self._end_env(env, e.message)
+            return
+        except Exception as e:
+            self._failure(env, f"{type(e).__name__}: {e}")
+            return
+        if env.state == "launching":
+            env.state = "pending"
+        log.info("%s environment %s submitted as %s", self.platform, env.env_id, env.handle)
+        self._save()
+        if env.stopping or self._closing:
+            await self._stop_env(env, "not needed any more")
+
+    def _failure(self, env: _Env, why: str) -> None:
+        """An environment ended before its agent connected."""
+        self._failed_starts += 1
+        self._last_failure = why
+        log.error("%s environment %s (%s) ended before its agent connected: %s", self.platform, env.env_id,
+                  env.handle, why)
+        self._end_env(env, why)
+        if self._failed_starts >= 3 and self._fatal is None:
+            self._fatal = ServiceError(
+                f"{self._failed_starts} {self.platform} environments in a row ended before the nnix agent in them "
+                f"connected back; the last: {why}",
+                f"check that the environments can run the agent (python with nnix) and reach the manager at "
+                f"{self._url} (set nniManagerIp to an address they can reach)",
+            )
+
+    async def _watch(self) -> None:
+        """Engine states, liveness, idle environments; once every ``engine_poll_interval`` seconds."""
+        while not self._closing:
+            await asyncio.sleep(self._engine_poll)
+            try:
+                await self._check()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # an engine hiccup must not end the experiment
+                log.warning("checking %s environments failed: %s", self.platform, e)
+
+    async def _check(self) -> None:
+        now = self._clock()
+        envs = [e for e in self._envs.values() if e.state != "ended" and e.handle is not None]
+        states = await self.launcher.poll([e.handle for e in envs if e.handle is not None]) if envs else {}
+        for env in envs:
+            st = states.get(env.handle or "")
+            if st is None or st.state == "unknown":
+                continue
+            if st.state == "pending":
+                env.reason = st.reason
+            elif st.state == "ended":
+                if env.state in ("launching", "pending") and not env.endpoint.hello and not env.stopping:
+                    self._failure(env, st.reason or "ended")
+                    continue
+                if env.trial is None or env.stopping:
+                    self._end_env(env, st.reason or "ended")
+                    continue
+                # its agent may still be delivering the trial's exit: a short grace
+                if env.ended_seen is None:
+                    env.ended_seen = now
+                elif now - env.ended_seen >= self._end_grace:
+                    self._end_env(env, st.reason or "ended")
+        for env in list(self._envs.values()):
+            if env.state != "ready" or env.stopping:
+                continue
+            seen = env.endpoint.last_contact or env.launched_at
+            if now - seen > self._lost_after:
+                log.warning("%s environment %s (%s) silent for %.0f s: stopping it", self.platform, env.env_id,
+                            env.handle, now - seen)
+                self._spawn(self._stop_env(env, f"its agent was silent for {now - seen:.0f} s"))
+            elif self._free(env) and env.idle_since is not None and self._demand == 0 and (
+                    now - env.idle_since > self._idle_timeout):
+                log.info("%s environment %s idle for %.0f s: stopping it", self.platform, env.env_id,
+                         now - env.idle_since)
+                env.endpoint.send(Shutdown("idle", kill_trials=False))
+                self._spawn(self._stop_env(env, "idle"))
+        if self._settle_deadline and now >= self._settle_deadline:
+            self._settle()
+
+    def _settle(self) -> None:
+        """After a resume: trials whose environment never came back are over."""
+        self._settle_deadline = 0.0
+        for t in list(self._trials.values()):
+            if t.env is None and t.started is None:
+                del self._trials[t.trial_id]
+                self._emit(Exited(t.trial_id, None, None, "",
+                                  f"its {self.platform} environment did not come back after the manager restarted"))
+        for env in list(self._envs.values()):
+            if env.adopted and env.trial is None and env.state != "ended" and not env.stopping:
+                self._spawn(self._stop_env(env, "taken over; nothing left to run"))
+
+    # --- messages from agents ------------------------------------------------------------------
+    def on_hello(self, environment_id: str, hello: Hello) -> None:
+        env = self._envs.get(environment_id)
+        if env is None or env.state == "ended":
+            return
+        first = env.state != "ready"
+        env.state, env.reason, env.claims = "ready", "", list(hello.running)
+        if env.idle_since is None:
+            env.idle_since = self._clock()
+        self._failed_starts = 0
+        for tid in hello.running:
+            t = self._trials.get(tid)
+            if t is not None and t.env is None:
+                self._bind(t, env)
+            elif t is None and not env.adopted:
+                env.endpoint.send(Kill(tid))
+        if first:
+            log.info("%s environment %s (%s) connected from %s", self.platform, env.env_id, env.handle,
+                     hello.resources.get("hostname", "?"))
+            self._emit(CapacityChanged(f"{self.platform} environment {env.env_id} is ready"))  # type: ignore[arg-type]
+
+    def _bind(self, t: _Trial, env: _Env) -> None:
+        """A trial of an earlier manager found in an environment it left running: the agent sends again
+        any metrics after the last one recorded (the earlier manager may have missed some it acknowledged)."""
+        t.env, env.trial, env.used = env, t.trial_id, True
+        env.endpoint.send(Attach(t.trial_id, t.location, None, None, t.last_index))
+
+    def on_refused(self, environment_id: str, reason: str) -> None:
+        env = self._envs.get(environment_id)
+        if env is not None:
+            self._fatal = ServiceError(f"the nnix agent in {self.platform} environment {env.handle} was refused: "
+                                       f"{reason}", "install the manager's nnix version in the environments")
+
+    def on_message(self, environment_id: str, message: Message) -> None:
+        env = self._envs.get(environment_id)
+        if env is None or not isinstance(message, (Started, Metrics, Exited)):
+            return
+        t = self._trials.get(message.trial_id)
+        if t is None:
+            if env.adopted and self._settle_deadline:
+                self._early.append((env, message))
+            return
+        if t.env is None:
+            t.env, env.trial, env.used = env, t.trial_id, True
+        if t.env is not env:
+            return
+        if isinstance(message, Started):
+            if t.started is not None and not t.started.done():
+                t.started.set_result(message)
+        elif isinstance(message, Metrics):
+            t.last_index = max([t.last_index, *(i for i, _ in message.items)])
+            if t.started is None or t.started.done():
+                self._emit(message)
+        else:
+            del self._trials[t.trial_id]
+            env.trial, env.idle_since = None, self._clock()
+            if t.started is not None and not t.started.done():
+                t.started.set_exception(_StartFailed(message.message or message.stderr_tail
+                                                     or f"exit status {message.exit_code}"))
+            else:
+                self._emit(message)
+            if env.single:
+                env.stopping = True  # its agent exits by itself; the engine job ends with it
+
+    # --- the TrainingService protocol ----------------------------------------------------------
+    async def submit(self, spec: TrialSpec) -> Started | None:
+        if self._fatal is not None:
+            raise self._fatal
+        free = [e for e in self._envs.values() if e.state == "ready" and self._free(e)]
+        if not free:
+            self._ensure_envs()
+            pending = [e for e in self._live() if e.state in ("launching", "pending")]
+            if pending:
+                detail = "; ".join(f"{e.handle or 'submitting'}" + (f" ({e.reason})" if e.reason else "")
+                                   for e in pending[:3])
+                self._reason = f"waiting for {len(pending)} {self.platform} environment(s) to start: {detail}"
+            else:
+                self._reason = f"every {self.platform} environment is busy"
+            return None
+        env = min(free, key=lambda e: e.launched_at)
+        placed = self.launcher.place(spec)
+        loop = asyncio.get_running_loop()
+        t = _Trial(spec.trial_id, env, self.launcher.output_location(spec), placed, started=loop.create_future())
+        assert t.started is not None
+        self._trials[spec.trial_id] = t
+        env.trial, env.used, env.idle_since = spec.trial_id, True, None
+        env.endpoint.send(Run(placed))
+        try:
+            started = await asyncio.wait_for(asyncio.shield(t.started), self._start_timeout)
+        except TimeoutError:
+            self._trials.pop(spec.trial_id, None)
+            env.trial = None
+            self._spawn(self._stop_env(env, f"its agent did not start trial {spec.trial_id} within "
+                                            f"{self._start_timeout:g} s"))
+            self._reason = f"the agent of {env.handle} did not start the trial; trying another environment"
+            return None
+        except _StartFailed as e:
+            self._trials.pop(spec.trial_id, None)
+            if env.trial == spec.trial_id:
+                env.trial = None
+            if env.state == "ended":
+                return None  # the environment died under it: the trial waits for another one
+            raise ServiceError(f"trial {spec.trial_id} could not start in {self.platform} environment "
+                               f"{env.handle}: {e}", "check trialCommand and the code directory") from None
+        t.started = None
+        self._reason = ""
+        self._demand = max(0, self._demand - 1)
+        return replace(started, output_dir=t.location, environment_id=env.env_id)
+
+    async def cancel(self, trial_id: str) -> None:
+        t = self._trials.get(trial_id)
+        if t is not None and t.env is not None and t.env.state != "ended":
+            t.env.endpoint.send(Kill(trial_id))
+
+    async def reattach(
+        self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int,
+        gpus: tuple[int, ...] | None,
+    ) -> None:
+        t = _Trial(trial_id, None, str(output_dir), last_index=after_index)
+        self._trials[trial_id] = t
+        for env in self._envs.values():
+            if trial_id in env.claims and env.state == "ready":
+                self._bind(t, env)
+                break
+        early, self._early = self._early, []
+        for env, msg in early:
+            if getattr(msg, "trial_id", None) == trial_id:
+                self.on_message(env.env_id, msg)
+            else:
+                self._early.append((env, msg))
+        if t.env is None and not self._settle_deadline:
+            self._settle_deadline = self._clock()
+
+    def waiting_reason(self) -> str:
+        return self._reason

@@ -1,0 +1,124 @@
+"""A fake engine for the shared part of the cluster services (:mod:`nnix.services.cluster`): each
+environment is a local process running the real nnix agent, started in a session of its own, so tests can
+make it end the ways engine jobs end (killed, time limit) without any engine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nnix.agent.runner import TrialSpec
+from nnix.errors import ServiceError
+from nnix.services.base import ServiceContext
+from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
+
+__all__ = ["ProcessClusterService", "ProcessLauncher"]
+
+
+@dataclass
+class ProcessLauncher:
+    """Environments as local processes. ``hold`` > 0: the first ``hold`` launches stay "pending" until
+    :meth:`release` (an engine queue); ``refuse``: every launch raises (an engine rejecting the job);
+    ``broken``: environments start a command that is not the agent (it exits at once)."""
+
+    kind: str = "process"
+    advertise_host: str | None = "127.0.0.1"
+    refuse: str = ""
+    broken: bool = False
+    launched: list[EnvRequest] = field(default_factory=list)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    stopped: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    prepared: bool = False
+    closed: bool = False
+
+    async def prepare(self) -> None:
+        self.prepared = True
+
+    async def launch(self, request: EnvRequest) -> str:
+        if self.refuse:
+            raise ServiceError(self.refuse, "fix the engine options")
+        self.launched.append(request)
+        argv = [sys.executable, *request.agent_args()]
+        if self.broken:
+            argv = [sys.executable, "-c", "import sys; sys.exit(3)"]
+        env = {**os.environ, **request.agent_env()}
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        handle = f"proc-{proc.pid}"
+        self.procs[handle] = proc
+        return handle
+
+    async def poll(self, handles: Sequence[str]) -> dict[str, EnvStatus]:
+        out: dict[str, EnvStatus] = {}
+        for h in handles:
+            proc = self.procs.get(h)
+            if proc is None:
+                out[h] = EnvStatus("ended", "gone")
+            elif proc.poll() is None:
+                out[h] = EnvStatus("running")
+            else:
+                out[h] = EnvStatus("ended", self.reasons.get(h, f"exit status {proc.returncode}"))
+        return out
+
+    async def stop(self, handle: str) -> None:
+        self.stopped.append(handle)
+        self.kill(handle, "stopped")
+
+    def kill(self, handle: str, reason: str) -> None:
+        """End an environment the way an engine does (its whole process group), with ``reason``."""
+        proc = self.procs.get(handle)
+        self.reasons.setdefault(handle, reason)
+        if proc is not None and proc.poll() is None:
+            # like an engine ending a job: the agent and everything it started (trials run in sessions
+            # of their own, so a process group kill alone would spare them)
+            for pid in [*_descendants(proc.pid), proc.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+
+    def place(self, spec: TrialSpec) -> TrialSpec:
+        return spec
+
+    def output_location(self, spec: TrialSpec) -> str:
+        return str(spec.output_dir)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+class ProcessClusterService(ClusterService):
+    """The shared cluster service over :class:`ProcessLauncher` (pass ``launcher=`` to share one)."""
+
+    platform = "process"
+
+    @classmethod
+    def make_launcher(cls, config: Any, context: ServiceContext | None) -> ProcessLauncher:
+        return ProcessLauncher()

@@ -1,0 +1,161 @@
+"""The shared part of the cluster services (:class:`nnix.services.cluster.ClusterService`) with a fake
+engine whose environments are local processes running the real nnix agent."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nnix.core.status import ExperimentStatus, TrialStatus
+from nnix.home import read_state
+from nnix.testing.cluster import ProcessClusterService, ProcessLauncher
+from nnix.testing.experiments import make_experiment, run_experiment
+
+SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
+FAST: dict[str, Any] = {"engine_poll_interval": 0.1, "end_grace": 0.3, "poll_interval": 0.05, "kill_grace": 1.0}
+
+
+def _trial(code: Path, steps: int = 3, step_s: float = 0.05) -> None:
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "trial.py").write_text(
+        "import time, nni\np = nni.get_next_parameter()\n"
+        f"for i in range({steps}):\n    nni.report_intermediate_result(i)\n    time.sleep({step_s})\n"
+        "nni.report_final_result(p['x'])\n"
+    )
+
+
+def _experiment(tmp_path: Path, *, steps: int = 3, step_s: float = 0.05, concurrency: int = 2, trials: int = 4,
+                reuse: bool = True, idle: int = 60) -> Path:
+    code = tmp_path / "code"
+    _trial(code, steps, step_s)
+    _, exp_dir = make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py",
+                                 trialConcurrency=concurrency, maxTrialNumber=trials,
+                                 trainingService={"platform": "slurm", "reuseMode": reuse, "idleTimeout": idle})
+    return exp_dir
+
+
+def _run(exp_dir: Path, launcher: ProcessLauncher, action: str = "create", timeout: float = 60, **extra: Any) -> Any:
+    return run_experiment(exp_dir, action, timeout=timeout, service_class=ProcessClusterService, launcher=launcher,
+                          **{**FAST, **extra})
+
+
+def _alive(launcher: ProcessLauncher) -> list[str]:
+    return [h for h, p in launcher.procs.items() if p.poll() is None]
+
+
+def test_reuse_runs_every_trial_in_at_most_concurrency_environments(tmp_path: Path) -> None:
+    launcher = ProcessLauncher()
+    exp_dir = _experiment(tmp_path, concurrency=2, trials=5)
+    st = _run(exp_dir, launcher)
+    assert st.status is ExperimentStatus.DONE
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 5
+    for t in st.trials.values():
+        assert [m.sequence for m in t.intermediate] == [0, 1, 2]
+        assert t.final is not None
+    assert launcher.prepared and launcher.closed
+    assert 1 <= len(launcher.launched) <= 2  # never more environments than trials wanting one
+    assert not any(r.single for r in launcher.launched)
+    envs = {t.environment_id for t in st.trials.values()}
+    assert len(envs) <= 2  # environments were reused
+    assert all("NNIX_AGENT_TOKEN" in r.agent_env() and r.token not in r.agent_args() for r in launcher.launched)
+    assert not _alive(launcher)  # every environment stopped at the end
+
+
+def test_non_reuse_starts_one_environment_per_trial(tmp_path: Path) -> None:
+    launcher = ProcessLauncher()
+    exp_dir = _experiment(tmp_path, concurrency=2, trials=4, reuse=False)
+    st = _run(exp_dir, launcher)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4
+    assert len({t.environment_id for t in st.trials.values()}) == 4
+    assert all(r.single for r in launcher.launched)
+    assert len(launcher.launched) <= 5  # at most one started ahead beyond what ran
+    deadline = time.monotonic() + 10
+    while _alive(launcher) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(launcher)
+
+
+def _in_background(fn: Callable[[], None]) -> threading.Thread:
+    th = threading.Thread(target=fn, daemon=True)
+    th.start()
+    return th
+
+
+def test_an_environment_ended_by_its_engine_fails_its_trial_with_the_reason(tmp_path: Path) -> None:
+    launcher = ProcessLauncher()
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=2, steps=40, step_s=0.05)
+    result: dict[str, Any] = {}
+    th = _in_background(lambda: result.setdefault("st", _run(exp_dir, launcher)))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        st = read_state(exp_dir)
+        running = [t for t in st.trials.values() if t.status is TrialStatus.RUNNING and len(t.intermediate) >= 2]
+        if running:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("no trial ran")
+    handle = next(iter(_alive(launcher)))
+    launcher.kill(handle, "TIMEOUT: the job reached its time limit")
+    th.join(60)
+    st = result["st"]
+    first, second = list(st.trials.values())
+    assert first.status is TrialStatus.FAILED
+    assert "TIMEOUT: the job reached its time limit" in (first.message or "")
+    assert handle in (first.message or "")
+    assert second.status is TrialStatus.SUCCEEDED  # the experiment went on in a new environment
+    assert len(launcher.launched) == 2
+
+
+def test_an_engine_refusing_the_job_is_a_clear_error(tmp_path: Path) -> None:
+    launcher = ProcessLauncher(refuse="sbatch: error: invalid partition specified: nope")
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=1)
+    st = _run(exp_dir, launcher, timeout=30)
+    assert st.status is ExperimentStatus.ERROR
+    t = next(iter(st.trials.values()))
+    assert t.status is TrialStatus.FAILED
+    assert "invalid partition" in (t.message or "")
+
+
+def test_environments_whose_agent_never_connects_stop_the_experiment_with_a_hint(tmp_path: Path) -> None:
+    launcher = ProcessLauncher(broken=True)
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=1)
+    st = _run(exp_dir, launcher, timeout=30)
+    assert st.status is ExperimentStatus.ERROR
+    msg = next(iter(st.trials.values())).message or ""
+    assert "ended before the nnix agent" in msg and "nniManagerIp" in msg
+    assert len(launcher.launched) == 3
+
+
+def test_idle_environments_are_stopped(tmp_path: Path) -> None:
+    """A trial that waits long for the tuner-free slot: the environment left idle is stopped meanwhile."""
+    launcher = ProcessLauncher()
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=1, idle=1)
+    st = _run(exp_dir, launcher)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED]
+    assert launcher.stopped  # stopped, not left to its engine
+    assert not _alive(launcher)
+
+
+def test_a_detached_manager_is_resumed_and_reattaches_running_trials(tmp_path: Path) -> None:
+    launcher = ProcessLauncher()
+    exp_dir = _experiment(tmp_path, concurrency=2, trials=2, steps=30, step_s=0.1)
+    # the manager goes away mid-run (wait_for cancels it): its environments keep running the trials
+    try:
+        _run(exp_dir, launcher, timeout=2.0)
+    except TimeoutError:
+        pass
+    st = read_state(exp_dir)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.RUNNING] * 2
+    assert len(_alive(launcher)) == 2
+    assert (exp_dir / "cluster.json").is_file()
+    time.sleep(0.5)  # the trials report meanwhile; the agents buffer
+    st = _run(exp_dir, launcher, action="resume")
+    assert st.status is ExperimentStatus.DONE
+    for t in st.trials.values():
+        assert t.status is TrialStatus.SUCCEEDED, t.message
+        assert [m.sequence for m in t.intermediate] == list(range(30))  # nothing lost, nothing twice
+    assert len(launcher.launched) == 2, (launcher.launched, launcher.reasons)  # taken over, not restarted
