@@ -213,7 +213,9 @@ def test_algorithm_config_rules(data: dict[str, Any], fragment: str) -> None:
 
 
 def test_supported_platforms() -> None:
-    assert training_service_platforms() == {"local": LocalConfig, "remote": RemoteConfig}
+    table = training_service_platforms()
+    assert table["local"] is LocalConfig and table["remote"] is RemoteConfig
+    assert {"slurm", "ray", "kubernetes", "kubeflow", "frameworkcontroller", "openpai", "hybrid"} <= set(table)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -336,7 +338,7 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("negative gpus", {"trialGpuNumber": -1}, "trialGpuNumber", "greater than or equal to 0"),
     ("bad log level", {"logLevel": "verbose"}, "logLevel", "'trace'"),
     ("unknown platform", {"trainingService.platform": "moon"}, "trainingService.platform", "unknown platform 'moon'"),
-    ("planned platform", {"trainingService.platform": "openpai"}, "trainingService.platform", "not supported by this"),
+    ("planned platform", {"trainingService.platform": "aml"}, "trainingService.platform", "not supported by this"),
     ("no platform", {"trainingService.platform": _DELETE}, "trainingService.platform", "missing"),
     ("gpu duplicates", {"trainingService.gpuIndices": [0, 0]}, "trainingService.gpuIndices", "listed twice"),
     ("gpu negative", {"tunerGpuIndices": "-1"}, "tunerGpuIndices", "negative"),

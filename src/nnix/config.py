@@ -484,12 +484,44 @@ class OpenpaiConfig(ClusterCommonConfig):
 
 # --------------------------------------------------------------------------------------------------
 
-TrainingServiceConfig = Annotated[
+SingleServiceConfig = Annotated[
     Union[  # noqa: UP007
         LocalConfig, RemoteConfig, SlurmConfig, RayConfig, KubernetesConfig, KubeflowConfig,
         FrameworkControllerConfig, OpenpaiConfig,
     ],
     Field(discriminator="platform"),
+]
+
+
+class HybridConfig(_Model):
+    """NNI's hybrid mode: ``trainingService`` given as a list of platform configs spreads the trials of
+    one experiment over all of them. Written as a list in the config file; ``platform: hybrid`` is how
+    nnix stores and shows it."""
+
+    platform: Literal["hybrid"]
+    services: Annotated[list[SingleServiceConfig], Field(min_length=1)]
+
+    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
+        problems = []
+        for i, child in enumerate(self.services):
+            for p in child.cross_check(trial_gpu_number):
+                problems.append(Problem(("services", i, *p.loc), p.message, p.hint))
+        return problems
+
+
+def _hybrid_from_list(value: Any) -> Any:
+    if isinstance(value, list):
+        return {"platform": "hybrid", "services": value}
+    return value
+
+
+TrainingServiceConfig = Annotated[
+    Union[  # noqa: UP007
+        LocalConfig, RemoteConfig, SlurmConfig, RayConfig, KubernetesConfig, KubeflowConfig,
+        FrameworkControllerConfig, OpenpaiConfig, HybridConfig,
+    ],
+    Field(discriminator="platform"),
+    BeforeValidator(_hybrid_from_list),
 ]
 
 
@@ -546,7 +578,7 @@ class ExperimentConfig(_Model):
         if _from_loader(info):
             return self
         problems = self.training_service.cross_check(self.trial_gpu_number)
-        lines = [p.render(("training_service", *p.loc), _camel_path).render() for p in problems]
+        lines = [p.render(_hybrid_loc(("training_service", *p.loc)), _camel_path).render() for p in problems]
         from nnix.space import validate as validate_space
 
         lines += [issue.render() for issue in validate_space(self.search_space, "searchSpace")]
@@ -750,7 +782,17 @@ def _load_search_space(native: dict[str, Any], tr: Translation, base_dir: Path) 
 def _strip_tags(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
     """Drop the union tag pydantic inserts after a discriminated field (``training_service.local.x``)."""
     if len(loc) > 1 and loc[0] == "training_service" and loc[1] in training_service_platforms():
-        return (loc[0], *loc[2:])
+        loc = (loc[0], *loc[2:])
+    return _hybrid_loc(loc)
+
+
+def _hybrid_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """``training_service.services.<i>.<tag>.x`` (hybrid, as stored) → ``training_service.<i>.x`` (as written)."""
+    if len(loc) > 2 and loc[0] == "training_service" and loc[1] == "services" and isinstance(loc[2], int):
+        rest = loc[3:]
+        if rest and rest[0] in training_service_platforms():
+            rest = rest[1:]
+        return (loc[0], loc[2], *rest)
     return loc
 
 
@@ -760,12 +802,16 @@ def _issue_from_error(err: Any, loc: Loc, tr: Translation) -> FieldIssue:
     kind: str = err["type"]
     ctx: dict[str, Any] = err.get("ctx") or {}
     hint: str | None = ctx.get("hint")
-    supported = ", ".join(sorted(training_service_platforms()))
-    if kind in ("union_tag_invalid", "union_tag_not_found") and loc == ("training_service",):
-        path = tr.path(("training_service", "platform"))
+    supported = ", ".join(sorted(p for p in training_service_platforms() if p != "hybrid"))
+    hybrid_item = len(loc) == 2 and loc[0] == "training_service" and isinstance(loc[1], int)
+    if kind in ("union_tag_invalid", "union_tag_not_found") and (loc == ("training_service",) or hybrid_item):
+        path = tr.path((*loc, "platform"))
         if kind == "union_tag_not_found":
             return FieldIssue(path, "missing required field", f"supported platforms: {supported}")
         tag = str(ctx.get("tag"))
+        if tag == "hybrid":
+            return FieldIssue(path, "hybrid mode is written as a list of training services, not as a platform",
+                              "trainingService: [{platform: local}, {platform: remote, machineList: [...]}]")
         if tag in NNI_PLATFORMS:
             what = f"platform {tag!r} is not supported by this nnix version yet"
         else:
@@ -832,4 +878,4 @@ def _cross_issues(native: dict[str, Any], tr: Translation, context: dict[str, An
         service = _SERVICE_ADAPTER.validate_python(native.get("training_service"), context=context)
     except ValidationError:
         return []
-    return [p.render(("training_service", *p.loc), tr.path) for p in service.cross_check(gpus)]
+    return [p.render(_hybrid_loc(("training_service", *p.loc)), tr.path) for p in service.cross_check(gpus)]

@@ -156,7 +156,6 @@ def test_advisor_and_tuner_together_is_an_error() -> None:
         ({"experimentType": "nas"}, "experimentType", "not supported"),
         ({"useAnnotation": True}, "useAnnotation", "not supported"),
         ({"sharedStorage": {"storageType": "NFS"}}, "sharedStorage", "not supported"),
-        ({"trainingService": [{"platform": "local"}, {"platform": "remote"}]}, "trainingService", "hybrid"),
     ],
 )
 def test_unsupported_nni_features_are_named(data: dict[str, Any], path: str, fragment: str) -> None:
@@ -378,7 +377,8 @@ def test_v1_platforms_not_yet_supported_are_named(tmp_path: Path) -> None:
     platform = [i for i in info.value.issues if i.path == "trainingServicePlatform"]
     assert len(platform) == 1
     assert "not supported by this nnix version" in platform[0].message
-    assert platform[0].hint == "supported platforms: local, remote"
+    assert platform[0].hint == ("supported platforms: frameworkcontroller, kubeflow, kubernetes, local, openpai, ray, "
+                                "remote, slurm")
 
 
 @needs_space

@@ -350,22 +350,26 @@ class _Normalizer:
 
     def service(self, value: Any, info: FieldInfo, user: Loc) -> Any:
         native: Loc = ("training_service",)
+        discriminator = info.discriminator if isinstance(info.discriminator, str) else "platform"
+        models = [m for m in _models_in(info.annotation) if "hybrid" not in _tags([m], discriminator)]
         if isinstance(value, list):
-            if len(value) != 1:
-                self.issue(
-                    user,
-                    "a list of training services (NNI's hybrid mode) is not supported",
-                    "give one training service, e.g. trainingService: {platform: local}",
-                )
-                self.suggested.add(native)
-                return _DROP
-            self.warnings.append(f"{format_path(user)} is a list of one training service; using it")
-            value, user = value[0], (*user, 0)
-            self.key_map[native] = user
+            if len(value) == 1:
+                self.warnings.append(f"{format_path(user)} is a list of one training service; using it")
+                value, user = value[0], (*user, 0)
+                self.key_map[native] = user
+            else:  # NNI's hybrid mode: every item is one service, errors name it by its position
+                self.key_map[native] = user
+                items = []
+                for i, item in enumerate(value):
+                    self.key_map[(*native, i)] = (*user, i)
+                    items.append(self.one_service(item, models, discriminator, (*native, i), (*user, i)))
+                return {"platform": "hybrid", "services": items}
+        return self.one_service(value, models, discriminator, native, user)
+
+    def one_service(self, value: Any, models: list[type[BaseModel]], discriminator: str, native: Loc,
+                    user: Loc) -> Any:
         if not isinstance(value, Mapping):
             return value
-        models = _models_in(info.annotation)
-        discriminator = info.discriminator if isinstance(info.discriminator, str) else "platform"
         cls = self.pick(value, models, discriminator)
         own: dict[Any, Any] = {}
         shortcuts = {norm_key(name): name for name in _SHORTCUTS}
