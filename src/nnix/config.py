@@ -446,10 +446,60 @@ class SlurmConfig(ClusterCommonConfig):
 # --- platform: ray (owned by the Ray module) ------------------------------------------------------
 
 
+def _ray_resources(value: Any) -> Any:
+    for name in value if isinstance(value, dict) else ():
+        if name in ("CPU", "GPU"):
+            raise PydanticCustomError(
+                "ray_resource", "{name} is not a custom resource",
+                {"name": name, "hint": "use numCpus / numGpus for CPUs and GPUs"},
+            )
+    return value
+
+
+_RAY_ADDRESS_RE = re.compile(r"^(auto|(ray://)?(\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+)(:\d{1,5})?)$")
+
+
+def _ray_address(value: str) -> str:
+    if not _RAY_ADDRESS_RE.match(value.strip()):
+        raise PydanticCustomError(
+            "ray_address", "{value} is not a Ray cluster address",
+            {"value": repr(value), "hint": "host:port of the head (e.g. 10.0.0.5:6379), auto, or ray://host:10001"},
+        )
+    return value.strip()
+
+
+RayAmount = Annotated[float, Field(strict=True, ge=0)]
+
+
 class RayConfig(ClusterCommonConfig):
-    """``platform: ray`` (new in nnix): environments are Ray actors running the nnix agent."""
+    """``platform: ray`` (new in nnix): environments are Ray actors running the nnix agent.
+
+    Each environment is one actor holding ``num_cpus`` / ``num_gpus`` / ``resources`` of the cluster for as
+    long as it lives (one trial at a time); its agent connects back to the manager. Trials run in
+    ``trial_code_directory`` and write to ``working_directory`` at the same paths on every node: with more than
+    one machine both must be on shared storage (NFS...).
+    """
 
     platform: Literal["ray"]
+    address: Annotated[NonEmpty, AfterValidator(_ray_address)] | None = None
+    """The cluster to use: ``host:port`` of its head (the manager's machine must be a node of it), ``auto``
+    (the cluster this machine belongs to), or ``ray://host:10001`` (Ray Client, needs ``ray[client]``).
+    None: a private single-node Ray is started for the experiment on 127.0.0.1 and stopped with it."""
+    num_cpus: RayAmount = 1
+    """CPUs each environment (so each running trial) holds; fractions allowed."""
+    num_gpus: RayAmount | None = None
+    """GPUs each environment holds; default ``trialGpuNumber`` (0 when unset)."""
+    resources: Annotated[dict[NonEmpty, RayAmount], BeforeValidator(_ray_resources)] = Field(default_factory=dict)
+    """Custom Ray resources each environment holds, e.g. ``{"TPU": 1}`` or ``{"node:10.0.0.5": 0.01}``."""
+    runtime_env: dict[str, Any] | None = None
+    """Ray runtime environment of the actors (``env_vars``, ``pip``, ``conda``...), passed through as is."""
+    python_executable: NonEmpty | None = None
+    """The Python that runs the agent on the nodes (nnix importable); default the manager's interpreter."""
+    working_directory: AbsPath | None = None
+    """Where agents and trials write (``envs/``, ``trials/``); default ``<experiment dir>/ray``. Must be
+    shared storage when the cluster has more than one machine."""
+    connect_timeout: Duration = 60
+    """Seconds to wait for the cluster (or the private Ray) to answer."""
 
 
 # --- platform: kubernetes, kubeflow, frameworkcontroller (owned by the Kubernetes module) ---------

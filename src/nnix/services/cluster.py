@@ -304,6 +304,7 @@ class ClusterService:
         if self._context is None:
             raise ServiceError(f"the {self.platform} service needs its experiment's id and directory "
                                "(a ServiceContext)")
+        await self.launcher.prepare()  # first: some engines learn the address environments reach us at
         advertise = self._advertise or self.launcher.advertise_host or _guess_host()
         bind = "127.0.0.1" if _is_loopback(advertise) else "0.0.0.0"  # agents authenticate by token
         saved = self._load()
@@ -314,17 +315,13 @@ class ClusterService:
             await self._server.start()
         except ServiceError:
             if not port or self._port:
+                await self.launcher.close()
                 raise
             log.warning("port %d of the earlier manager is taken: environments still running cannot reconnect",
                         port)
             self._server = AgentServer(host=bind, port=0, heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
             await self._server.start()
         self._url = f"http://{advertise}:{self._server.port}"
-        try:
-            await self.launcher.prepare()
-        except BaseException:
-            await self._server.close()
-            raise
         for env_id, info in (saved.get("envs") or {}).items():
             if not isinstance(info, dict) or not info.get("handle"):
                 continue

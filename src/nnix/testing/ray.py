@@ -1,0 +1,327 @@
+"""Real Ray clusters for tests and benchmarks (the recipes ``shared/recipes/ray.sh`` and ``ray-netns.sh``, in
+Python, with names of their own so that a concurrent run of the recipes or of another test session is never
+disturbed).
+
+* :class:`RayLab`: a single-node head on 127.0.0.1, a separate process (``ray start --head --block``) with its
+  own temporary directory and free ports. Everything is pinned to loopback: Ray otherwise replaces
+  127.0.0.1 with this machine's first network address (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` stops that;
+  the nnix launcher sets the same for its side).
+* :class:`RayNetnsLab`: a head in the root namespace on a test bridge ``nnixrb<k>`` (10.203.<k>.1) and worker
+  nodes in network namespaces ``nnixr<k>n<i>`` (10.203.<k>.1<i>), each with its own hostname. The head has no
+  CPU of its own, so every environment runs on a namespace node. Needs root.
+
+:meth:`down` stops only what the lab started: the ``ray start`` processes it recorded (and their descendants,
+recorded before signalling them); nothing is found or killed by name. :func:`unavailable` and
+:func:`netns_unavailable` say in words why a lab cannot run here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["RayLab", "RayNetnsLab", "netns_unavailable", "unavailable"]
+
+LOCK = Path("/tmp/nnix-raylab.lock")
+SUBNET = "10.203"
+_ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _ray_cli() -> str | None:
+    beside = Path(sys.executable).with_name("ray")
+    return str(beside) if beside.exists() else shutil.which("ray")
+
+
+def unavailable() -> str | None:
+    """Why a Ray lab cannot be started here, or None when it can."""
+    if not sys.platform.startswith("linux"):
+        return "the Ray lab needs Linux"
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return "ray is not installed in this Python (pip install 'nnix[ray]')"
+    if _ray_cli() is None:
+        return "the `ray` command is missing"
+    return None
+
+
+def netns_unavailable() -> str | None:
+    """Why a :class:`RayNetnsLab` cannot be built here, or None when it can."""
+    reason = unavailable()
+    if reason:
+        return reason
+    if os.geteuid() != 0:
+        return "network-namespace nodes need root"
+    for tool in ("ip", "unshare"):
+        if shutil.which(tool) is None:
+            return f"network-namespace nodes need `{tool}`"
+    return None
+
+
+def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(cmd), capture_output=True, text=True, check=check, timeout=60)
+
+
+def _free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[:1] == [b"Z"]:
+        return None
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (by parent pid), deepest last."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_bytes()
+                children.setdefault(int(stat[stat.rfind(b")") + 2 :].split()[1]), []).append(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+@dataclass
+class _Node:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM to ``ray start --block`` (it takes its node down), then SIGKILL to whatever it left."""
+        if self.proc.poll() is not None:
+            return
+        tree = [(p, _start_time(p)) for p in descendants(self.proc.pid)]
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and any(_start_time(p) == s and s is not None for p, s in tree):
+            time.sleep(0.1)
+        for pid, start in tree:
+            if start is not None and _start_time(pid) == start:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def wait_started(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.log.read_text(errors="replace") if self.log.exists() else ""
+            if "Ray runtime started" in text:
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                why = "exited" if self.proc.poll() is not None else f"not started within {timeout:g} s"
+                raise RuntimeError(f"ray node {self.name} {why}: {text[-1500:]}")
+            time.sleep(0.2)
+
+
+def _start_node(name: str, cmd: list[str], log: Path, env: dict[str, str]) -> _Node:
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                env={**os.environ, **_ENV, **env}, start_new_session=True)
+    return _Node(name, proc, log)
+
+
+@dataclass
+class RayLab:
+    """A single-node Ray head on 127.0.0.1 (see the module docstring). Use :meth:`up` / :meth:`down`.
+
+    The head uses Ray's token authentication with a token of its own: a driver (the manager) needs
+    :attr:`env` in its environment (``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN``), as with any such cluster.
+    """
+
+    num_cpus: int = 2
+    dir: Path | None = None
+    port: int = 0
+    node: _Node | None = None
+    token: str = field(default_factory=lambda: secrets.token_hex(32))
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a driver of this cluster needs in its environment."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+
+    def up(self, timeout: float = 180.0) -> RayLab:
+        reason = unavailable()
+        if reason:
+            raise RuntimeError(reason)
+        cli = _ray_cli()
+        assert cli is not None
+        self.dir = Path(tempfile.mkdtemp(prefix="nnix-ray-", dir="/tmp"))  # short: Ray's socket paths
+        self.port = _free_port()
+        cmd = [cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
+               f"--num-cpus={self.num_cpus}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+               "--object-store-memory=100000000",
+               f"--temp-dir={self.dir / 'tmp'}", "--block"]
+        try:
+            self.node = _start_node("head", cmd, self.dir / "head.log",
+                                    {**self.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+            self.node.wait_started(timeout)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self) -> None:
+        """Stop the head (and everything under it); safe to call twice."""
+        if self.node is not None:
+            self.node.stop()
+            self.node = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+@dataclass
+class RayNetnsLab:
+    """A head on a test bridge plus worker nodes in network namespaces (see the module docstring)."""
+
+    n_nodes: int = 2
+    cpus_per_node: int = 1
+    slot: int = 0
+    port: int = 0
+    dir: Path | None = None
+    head: _Node | None = None
+    nodes: list[_Node] = field(default_factory=list)
+    token: str = field(default_factory=lambda: secrets.token_hex(32))
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a driver of this cluster needs in its environment (see :attr:`RayLab.env`)."""
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
+
+    @property
+    def bridge(self) -> str:
+        return f"nnixrb{self.slot}"
+
+    @property
+    def head_ip(self) -> str:
+        return f"{SUBNET}.{self.slot}.1"
+
+    @property
+    def address(self) -> str:
+        return f"{self.head_ip}:{self.port}"
+
+    def node_names(self) -> list[str]:
+        """Hostnames of the worker nodes (each namespace has its own)."""
+        return [f"nnixr{self.slot}n{i}" for i in range(1, self.n_nodes + 1)]
+
+    def up(self, timeout: float = 180.0) -> RayNetnsLab:
+        reason = netns_unavailable()
+        if reason:
+            raise RuntimeError(reason)
+        cli = _ray_cli()
+        assert cli is not None
+        self._claim_slot()
+        try:
+            self._network()
+            self.port = _free_port(self.head_ip)
+            assert self.dir is not None
+            common = ["--object-store-memory=100000000", "--disable-usage-stats", "--num-gpus=0", "--block"]
+            self.head = _start_node("head", [
+                cli, "start", "--head", f"--node-ip-address={self.head_ip}", f"--port={self.port}", "--num-cpus=0",
+                "--include-dashboard=false",
+                f"--temp-dir={self.dir / 'h'}", *common], self.dir / "head.log", self.env)
+            self.head.wait_started(timeout)
+            for i, name in enumerate(self.node_names(), start=1):
+                ip = f"{SUBNET}.{self.slot}.{10 + i}"
+                inner = " ".join([cli, "start", f"--address={self.address}", f"--node-ip-address={ip}",
+                                  f"--num-cpus={self.cpus_per_node}", f"--temp-dir={self.dir / f'n{i}'}", *common])
+                self.nodes.append(_start_node(name, ["ip", "netns", "exec", name, "unshare", "--uts", "sh", "-c",
+                                                     f"hostname {name} && exec {inner}"],
+                                              self.dir / f"{name}.log", self.env))
+            for node in self.nodes:
+                node.wait_started(timeout)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self) -> None:
+        """Stop the nodes, then remove the namespaces, the bridge and the directory; safe to call twice."""
+        for node in [*self.nodes, *([self.head] if self.head else [])]:
+            node.stop()
+        self.nodes, self.head = [], None
+        if self.slot:
+            for i in range(1, self.n_nodes + 1):
+                _run("ip", "link", "del", f"nnixr{self.slot}v{i}", check=False)
+                _run("ip", "netns", "del", f"nnixr{self.slot}n{i}", check=False)
+            _run("ip", "link", "del", self.bridge, check=False)
+            others = _run("ip", "-o", "link", "show", "type", "bridge", check=False).stdout
+            if "nnixrb" not in others:
+                _run("ip", "route", "del", "unreachable", f"{SUBNET}.0.0/16", "metric", "4000", check=False)
+            self.slot = 0
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def _claim_slot(self) -> None:
+        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            taken = _run("ip", "-o", "link", "show", "type", "bridge", check=False).stdout
+            for k in range(1, 201):
+                if f"nnixrb{k}:" not in taken and f"nnixrb{k}@" not in taken:
+                    self.slot = k
+                    break
+            else:
+                raise RuntimeError("no free Ray lab slot (200 labs running?)")
+            _run("ip", "link", "add", self.bridge, "type", "bridge")
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"nnix-rayns{self.slot}-", dir="/tmp"))
+
+    def _network(self) -> None:
+        routes = _run("ip", "route", "show", check=False).stdout
+        if f"unreachable {SUBNET}.0.0/16" not in routes:  # never let the test network leak to eth0
+            _run("ip", "route", "add", "unreachable", f"{SUBNET}.0.0/16", "metric", "4000", check=False)
+        _run("ip", "addr", "add", f"{self.head_ip}/24", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        for i, ns in enumerate(self.node_names(), start=1):
+            veth, ip = f"nnixr{self.slot}v{i}", f"{SUBNET}.{self.slot}.{10 + i}"
+            _run("ip", "netns", "add", ns)
+            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _run("ip", "link", "set", veth, "master", self.bridge, "up")
+            _run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            _run("ip", "-n", ns, "route", "add", "default", "via", self.head_ip)

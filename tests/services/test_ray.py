@@ -1,0 +1,558 @@
+"""The Ray service on a real Ray: a head on 127.0.0.1 started as a separate process (``ray_lab``), a private
+Ray started by the launcher itself, and worker nodes in network namespaces (one test). The launcher is
+driven directly with a stand-in agent (a shell script that records what it got and starts a "trial" in a
+session of its own), then whole experiments run through the manager with the real agent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nnix.config import RayConfig, parse_config
+from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
+from nnix.errors import ConfigError, ServiceError
+from nnix.home import read_state
+from nnix.services.base import ServiceContext
+from nnix.services.cluster import EnvRequest, EnvStatus
+from nnix.services.ray import RayLauncher, describe_exit, describe_ray_error
+from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.ray import RayLab, RayNetnsLab, netns_unavailable, unavailable
+
+SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
+FAST: dict[str, Any] = {"engine_poll_interval": 0.2, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
+
+FAKE_AGENT = """#!/bin/bash
+# stands in for `python -m nnix.agent ...`: records what it got, starts a "trial" in a session of its own
+d="$(dirname "$0")/out"; mkdir -p "$d"
+setsid sleep 1000 & trial=$!
+printf '%s\\n%s\\n%s\\n' "$trial" "$NNIX_AGENT_TOKEN" "$*" > "$d/$$.tmp" && mv "$d/$$.tmp" "$d/$$"
+echo "fake agent: something went wrong" >&2
+[ -f "$(dirname "$0")/exit-code" ] && exit "$(cat "$(dirname "$0")/exit-code")"
+exec sleep 1000
+"""
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_env() -> Iterator[dict[str, str]]:
+    """One token for every Ray of this module (Ray caches the token of a process)."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"!!! REAL RAY UNAVAILABLE: {reason} — the Ray-service tests did NOT run !!!")
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        yield env
+
+
+@pytest.fixture(scope="module")
+def ray_lab(ray_env: dict[str, str]) -> Iterator[RayLab]:
+    try:
+        lab = RayLab(num_cpus=2, token=ray_env["RAY_AUTH_TOKEN"]).up()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        pytest.skip(f"!!! A REAL RAY HEAD COULD NOT BE STARTED HERE: {e} — the Ray-service tests did NOT run !!!")
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture
+def fake_agent(tmp_path: Path) -> Path:
+    script = tmp_path / "fake" / "agent.sh"
+    script.parent.mkdir()
+    script.write_text(FAKE_AGENT)
+    script.chmod(0o755)
+    return script
+
+
+# --- helpers -------------------------------------------------------------------------------------
+def _wait(cond: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
+
+
+async def _until(launcher: RayLauncher, handle: str, state: str, timeout: float = 60.0) -> EnvStatus:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = (await launcher.poll([handle]))[handle]
+        if st.state == state:
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{handle} did not become {state}: {st}")
+        await asyncio.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
+
+
+def _recorded(fake: Path) -> list[tuple[int, int, str, str]]:
+    """``(agent pid, trial pid, token, args)`` of every fake agent started."""
+    out = []
+    for f in sorted((fake.parent / "out").glob("[0-9]*")):
+        if f.suffix:
+            continue
+        trial, token, args = f.read_text().splitlines()[:3]
+        out.append((int(f.name), int(trial), token, args))
+    return out
+
+
+def _launcher(tmp_path: Path, fake: Path, address: str | None, **kw: Any) -> RayLauncher:
+    return RayLauncher(experiment_id=f"t{secrets.token_hex(4)}", working_dir=tmp_path / "wd", address=address,
+                       python=str(fake), kill_grace=1.0, **kw)
+
+
+def _request(env_id: str, single: bool = False, token: str = "tok") -> EnvRequest:
+    return EnvRequest(env_id, single, "http://127.0.0.1:9", token, ("--poll-interval", "0.1"))
+
+
+def _trial_code(code: Path, steps: int = 3) -> None:
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "trial.py").write_text(
+        "import nni, os, socket\np = nni.get_next_parameter()\n"
+        f"for i in range({steps}):\n    nni.report_intermediate_result(i)\n"
+        "nni.report_final_result(p['x'])\nprint('mark', os.environ.get('NNIX_RAY_MARK'))\n"
+        "print('ran on', socket.gethostname())\n"
+    )
+
+
+def _long_trial(tmp_path: Path) -> Path:
+    """A trial that reports a metric every 0.1 s for ten minutes."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "trial.py").write_text("import nni, time\nnni.get_next_parameter()\nfor i in range(6000):\n"
+                                   "    nni.report_intermediate_result(i)\n    time.sleep(0.1)\n")
+    return code
+
+
+def _ray_experiment(tmp_path: Path, service: dict[str, Any], *, trials: int, concurrency: int) -> tuple[str, Path]:
+    code = tmp_path / "code"
+    _trial_code(code)
+    return make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py", trialConcurrency=concurrency,
+                           maxTrialNumber=trials, trainingService={"platform": "ray", **service})
+
+
+def _agents_of(env_ids: set[str]) -> list[int]:
+    """Live agent processes started for one of ``env_ids``."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"nnix.agent" in argv and any(e.encode() in argv for e in env_ids) and _alive(int(name)):
+            pids.append(int(name))
+    return pids
+
+
+def _assert_all_succeeded(st: Any, n: int) -> None:
+    assert st.status is ExperimentStatus.DONE, st.message
+    assert len(st.trials) == n
+    assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values()), [t.message for t in st.trials.values()]
+    for t in st.trials.values():
+        assert [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL] == [0, 1, 2]
+        assert sum(m.type is MetricType.FINAL for m in t.metrics) == 1
+
+
+# --- configuration and messages (no Ray needed) --------------------------------------------------
+def test_config_fields_and_defaults(tmp_path: Path) -> None:
+    base = {"searchSpace": SPACE, "trialCommand": "python3 t.py", "trialCodeDirectory": str(tmp_path),
+            "trialConcurrency": 1, "tuner": {"name": "Random"}, "trialGpuNumber": 2}
+    loaded = parse_config({**base, "trainingService": {"platform": "ray"}}, tmp_path)
+    ts = loaded.config.training_service
+    assert isinstance(ts, RayConfig)
+    assert (ts.address, ts.num_cpus, ts.num_gpus, ts.resources, ts.reuse_mode) == (None, 1, None, {}, True)
+    ctx = ServiceContext("exp1", tmp_path / "exp")
+    launcher = RayLauncher.from_config(loaded.config, ctx)
+    assert launcher.demand == {"CPU": 1, "GPU": 2}  # numGpus defaults to trialGpuNumber
+    assert launcher.working_dir == tmp_path / "exp" / "ray"
+    assert launcher.advertise_host == "127.0.0.1"  # a private Ray on loopback
+    full = {"platform": "ray", "address": "10.0.0.1:6379", "numCpus": 0.5, "numGpus": 0, "resources": {"TPU": 1},
+            "runtimeEnv": {"env_vars": {"A": "1"}}, "pythonExecutable": "/opt/py/bin/python",
+            "workingDirectory": "shared/w", "reuseMode": False}
+    cfg = parse_config({**base, "trainingService": full}, tmp_path).config
+    launcher = RayLauncher.from_config(cfg, ctx)
+    assert launcher.demand == {"CPU": 0.5, "TPU": 1}
+    assert launcher.advertise_host != "127.0.0.1"  # this machine's address on the route to 10.0.0.1, if any
+    assert launcher.working_dir == tmp_path / "shared" / "w"
+    assert launcher.place(_spec(tmp_path)).output_dir == tmp_path / "shared" / "w" / "trials" / "T1"
+    with pytest.raises(ConfigError) as err:
+        parse_config({**base, "trainingService": {"platform": "ray", "resources": {"CPU": 2}, "numCpus": -1,
+                                                  "numGpus": "1", "address": "http://head/"}}, tmp_path)
+    text = str(err.value)
+    assert "trainingService.resources" in text and "numCpus" in text and "trainingService.numGpus" in text
+    assert "trainingService.address: 'http://head/' is not a Ray cluster address" in text
+
+
+def _spec(tmp_path: Path) -> Any:
+    from nnix.agent.runner import TrialSpec
+
+    return TrialSpec("T1", "python3 t.py", tmp_path, tmp_path / "out", {})
+
+
+def test_reasons_in_words() -> None:
+    class ActorDiedError(Exception):
+        pass
+
+    node = ActorDiedError("The actor died unexpectedly before finishing this task.\n\tclass_name: NnixEnvironment\n"
+                          "\tip: 10.0.0.2\nThe actor died because its node has died. Node Id: 4f2a")
+    assert describe_ray_error(node) == "node died: The actor died because its node has died. Node Id: 4f2a"
+    killed = ActorDiedError("The actor died unexpectedly before finishing this task.\n\tpid: 7\n"
+                            "The actor is dead because it was killed by `ray.kill`.")
+    assert describe_ray_error(killed) == "actor died: The actor is dead because it was killed by `ray.kill`."
+    assert describe_exit({"status": 3, "tail": "Traceback...\nModuleNotFoundError: No module named 'nnix'\n"}) == (
+        "agent exited with status 3: ModuleNotFoundError: No module named 'nnix'")
+    assert describe_exit({"status": 0, "tail": ""}) == "agent exited with status 0"
+    killed_exit = describe_exit({"status": -signal.SIGKILL, "why": "stop requested"})
+    assert killed_exit == "agent killed by SIGKILL (stop requested)"
+
+
+def test_without_ray_installed_prepare_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    launcher = RayLauncher(experiment_id="x", working_dir=tmp_path / "wd")
+    with pytest.raises(ServiceError) as err:
+        asyncio.run(launcher.prepare())
+    assert "needs the ray package" in err.value.message
+    assert err.value.hint == "install Ray where the manager runs: pip install 'nnix[ray]'"
+
+
+def test_unreachable_address_is_a_service_error(tmp_path: Path, ray_env: dict[str, str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    launcher = RayLauncher(experiment_id="x", working_dir=tmp_path / "wd", address=f"127.0.0.1:{port}")
+    with pytest.raises(ServiceError, match="cannot reach the Ray cluster"):
+        asyncio.run(launcher.prepare())
+    assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") is None  # the loopback pin is undone
+
+
+# --- the launcher against a real head ------------------------------------------------------------
+def test_launch_runs_the_agent_and_stop_kills_it_with_its_trials(tmp_path: Path, ray_lab: RayLab,
+                                                                 fake_agent: Path) -> None:
+    launcher = _launcher(tmp_path, fake_agent, ray_lab.address)
+
+    async def main() -> None:
+        await launcher.prepare()
+        assert launcher.advertise_host == "127.0.0.1"  # a loopback cluster: agents reach the manager there
+        try:
+            h = await launcher.launch(_request("e1-abc123", token="s3cret"))
+            assert h == "e1-abc123"
+            await _until(launcher, h, "running")
+            _wait(lambda: len(_recorded(fake_agent)) == 1)
+            ((agent, trial, token, args),) = _recorded(fake_agent)
+            assert token == "s3cret"  # the token comes in the environment...
+            assert b"s3cret" not in Path(f"/proc/{agent}/cmdline").read_bytes()  # ...never on the command line
+            assert args.split() == ["-m", "nnix.agent", "--url", "http://127.0.0.1:9", "--environment", "e1-abc123",
+                                    "--poll-interval", "0.1"]
+            assert _alive(agent) and _alive(trial)
+            assert "fake agent: something went wrong" in launcher.log_path(h).read_text()
+            await launcher.stop(h)
+            assert (await launcher.poll([h]))[h] == EnvStatus("ended", "stopped")
+            _wait(lambda: not _alive(agent) and not _alive(trial), 15)  # the trial's own session too
+            await launcher.stop(h)  # idempotent
+            assert (await launcher.poll(["never-launched"]))["never-launched"].state == "ended"
+        finally:
+            await launcher.close()
+
+    asyncio.run(main())
+
+
+def test_agent_exit_ends_the_environment_with_its_status(tmp_path: Path, ray_lab: RayLab, fake_agent: Path) -> None:
+    (fake_agent.parent / "exit-code").write_text("3")
+    launcher = _launcher(tmp_path, fake_agent, ray_lab.address, num_cpus=2)
+
+    async def main() -> None:
+        import ray
+
+        await launcher.prepare()
+        try:
+            h = await launcher.launch(_request("e1-exit", single=True))
+            st = await _until(launcher, h, "ended")
+            assert st.reason == "agent exited with status 3: fake agent: something went wrong"
+            ((_, trial, _, args),) = _recorded(fake_agent)
+            assert args.split()[-3:] == ["--single", "--poll-interval", "0.1"]
+            _wait(lambda: not _alive(trial), 15)  # what the agent left behind is killed
+            # its CPUs are given back at once: a second environment wanting the whole cluster starts
+            (fake_agent.parent / "exit-code").unlink()
+            h2 = await launcher.launch(_request("e2-exit"))
+            await _until(launcher, h2, "running")
+            assert ray.available_resources().get("CPU", 0) == 0
+            await launcher.stop(h2)
+        finally:
+            await launcher.close()
+
+    asyncio.run(main())
+
+
+def test_more_than_the_cluster_has_stays_pending_with_a_reason(tmp_path: Path, ray_lab: RayLab,
+                                                               fake_agent: Path) -> None:
+    big = _launcher(tmp_path, fake_agent, ray_lab.address, num_cpus=64)
+
+    async def main() -> None:
+        await big.prepare()
+        try:
+            h = await big.launch(_request("e1-big"))
+            st = (await big.poll([h]))[h]
+            assert st.state == "pending"
+            assert st.reason.startswith("waiting for resources: {'CPU': 64}")
+            assert "the whole cluster has {'CPU': 2}" in st.reason
+            custom = RayLauncher(experiment_id="tpu", working_dir=tmp_path / "wd", address=ray_lab.address,
+                                 num_cpus=1, resources={"TPU": 1}, python=str(fake_agent))
+            await custom.prepare()  # shares this process's connection
+            h2 = await custom.launch(_request("e2-tpu"))
+            st2 = (await custom.poll([h2]))[h2]
+            assert st2 == EnvStatus("pending", "waiting for resources: {'CPU': 1, 'TPU': 1} (the whole cluster has "
+                                               "{'TPU': 0}: it cannot start until a node with more joins)")
+            await custom.stop(h2)
+            await big.stop(h)
+            assert (await big.poll([h]))[h] == EnvStatus("ended", "stopped")
+            assert _recorded(fake_agent) == []  # never ran
+        finally:
+            await big.close()
+
+    asyncio.run(main())
+
+
+def test_killed_actor_ends_with_a_reason_and_takes_its_agent_down(tmp_path: Path, ray_lab: RayLab,
+                                                                  fake_agent: Path) -> None:
+    launcher = _launcher(tmp_path, fake_agent, ray_lab.address)
+
+    async def main() -> None:
+        import ray
+
+        await launcher.prepare()
+        try:
+            h = await launcher.launch(_request("e1-victim"))
+            await _until(launcher, h, "running")
+            _wait(lambda: len(_recorded(fake_agent)) == 1)
+            ((agent, trial, _, _),) = _recorded(fake_agent)
+            ray.kill(ray.get_actor(h, namespace=launcher.namespace))
+            st = await _until(launcher, h, "ended")
+            assert st.reason == "actor died: The actor is dead because it was killed by `ray.kill`."
+            _wait(lambda: not _alive(agent) and not _alive(trial), 15)
+        finally:
+            await launcher.close()
+
+    asyncio.run(main())
+
+
+def test_a_new_manager_finds_the_environments_of_the_earlier_one(tmp_path: Path, ray_lab: RayLab,
+                                                                 fake_agent: Path) -> None:
+    first = _launcher(tmp_path, fake_agent, ray_lab.address)
+    second = RayLauncher(experiment_id=first.namespace.removeprefix("nnix-"), working_dir=tmp_path / "wd",
+                         address=ray_lab.address, python=str(fake_agent), kill_grace=1.0)
+
+    async def main() -> None:
+        await first.prepare()
+        try:
+            h = await first.launch(_request("e1-kept"))
+            await _until(first, h, "running")
+            await second.prepare()  # on a shared cluster the actors are named and detached
+            assert (await second.poll(["e9-unknown"])) == {"e9-unknown": EnvStatus("ended", "gone")}
+            await _until(second, h, "running")  # found by its name in the experiment's namespace
+            await second.stop(h)
+            assert (await first.poll([h]))[h].state == "ended"
+        finally:
+            await second.close()
+            await first.close()
+
+    asyncio.run(main())
+
+
+def test_missing_python_on_the_node_is_the_reason(tmp_path: Path, ray_lab: RayLab) -> None:
+    launcher = _launcher(tmp_path, tmp_path / "no" / "python", ray_lab.address)
+
+    async def main() -> None:
+        await launcher.prepare()
+        try:
+            h = await launcher.launch(_request("e1-nopy"))
+            st = await _until(launcher, h, "ended")
+            assert st.reason.startswith(f"the agent could not start: cannot run {tmp_path}/no/python")
+        finally:
+            await launcher.close()
+
+    asyncio.run(main())
+
+
+# --- whole experiments ---------------------------------------------------------------------------
+@pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "non-reuse"])
+def test_experiment_on_a_ray_cluster(tmp_path: Path, ray_lab: RayLab, reuse: bool) -> None:
+    service = {"address": ray_lab.address, "reuseMode": reuse, "runtimeEnv": {"env_vars": {"NNIX_RAY_MARK": "rt"}}}
+    _, exp_dir = _ray_experiment(tmp_path, service, trials=5, concurrency=2)
+    st = run_experiment(exp_dir, timeout=180, **FAST)
+    _assert_all_succeeded(st, 5)
+    envs = {t.environment_id for t in st.trials.values()}
+    if reuse:
+        assert 1 <= len(envs) <= 2  # at most one environment per concurrent trial, each running several
+    else:
+        assert len(envs) == 5  # one environment per trial
+    for t in st.trials.values():
+        out = Path(str(t.output_dir))
+        assert out == exp_dir / "ray" / "trials" / t.trial_id
+        assert "mark rt\nran on" in (out / "trial.stdout").read_text()  # runtimeEnv reaches the trial
+    assert all((exp_dir / "ray" / "envs" / e / "agent.log").exists() for e in envs)
+    _wait(lambda: not _agents_of(envs), 20)  # every agent gone with the experiment
+
+
+def test_trial_whose_actor_is_killed_fails_with_the_reason(tmp_path: Path, ray_lab: RayLab) -> None:
+    code = _long_trial(tmp_path)
+    exp_id, exp_dir = make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py", maxTrialNumber=1,
+                                      trainingService={"platform": "ray", "address": ray_lab.address})
+    killed: list[str] = []
+
+    def kill_its_actor() -> None:
+        import ray
+
+        def running() -> bool:
+            st = read_state(exp_dir)
+            return any(t.status is TrialStatus.RUNNING and len(t.metrics) >= 2 for t in st.trials.values())
+
+        _wait(running, 120)
+        (trial,) = read_state(exp_dir).trials.values()
+        ray.kill(ray.get_actor(trial.environment_id, namespace=f"nnix-{exp_id}"))  # the manager's connection
+        killed.append(trial.environment_id)
+
+    th = threading.Thread(target=kill_its_actor, daemon=True)
+    th.start()
+    st = run_experiment(exp_dir, timeout=180, **FAST)
+    th.join(10)
+    assert killed
+    (trial,) = st.trials.values()
+    assert trial.status is TrialStatus.FAILED
+    assert trial.message == (f"its ray environment {killed[0]} ended: actor died: "
+                             "The actor is dead because it was killed by `ray.kill`.")
+    _wait(lambda: not _agents_of(set(killed)), 20)  # its agent (and trial) went down with the actor
+
+
+def test_experiment_on_a_private_ray(tmp_path: Path, ray_env: dict[str, str]) -> None:
+    _, exp_dir = _ray_experiment(tmp_path, {"reuseMode": True}, trials=3, concurrency=1)
+    st = run_experiment(exp_dir, timeout=180, **FAST)
+    _assert_all_succeeded(st, 3)
+    import ray
+
+    assert not ray.is_initialized()  # the private Ray is shut down with the experiment
+    assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") is None
+    assert os.environ.get("RAY_AUTH_MODE") == ray_env["RAY_AUTH_MODE"]
+    raylets = []
+    for pid in os.listdir("/proc"):
+        with_cmd = Path(f"/proc/{pid}/cmdline")
+        try:
+            if pid.isdigit() and b"raylet" in with_cmd.read_bytes() and _alive(int(pid)):
+                stat = Path(f"/proc/{pid}/stat").read_bytes()
+                if int(stat[stat.rfind(b")") + 2 :].split()[1]) == os.getpid():
+                    raylets.append(pid)
+        except OSError:
+            continue
+    assert raylets == []
+
+
+def test_a_killed_manager_takes_its_private_ray_and_trials_down(tmp_path: Path, ray_env: dict[str, str]) -> None:
+    import sys
+
+    from nnix.testing.ray import descendants
+
+    code = _long_trial(tmp_path)
+    _, exp_dir = make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py", maxTrialNumber=1,
+                                 trainingService={"platform": "ray"})
+    driver = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
+                               "from nnix.testing.experiments import run_experiment; "
+                               "run_experiment(Path(sys.argv[1]), timeout=300)", str(exp_dir)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ours: list[int] = []
+    try:
+        def running() -> bool:
+            st = read_state(exp_dir)
+            return any(t.status is TrialStatus.RUNNING and len(t.metrics) >= 2 for t in st.trials.values())
+
+        _wait(running, 120)
+        (trial,) = read_state(exp_dir).trials.values()
+        assert trial.pid is not None and trial.environment_id
+        agents = _agents_of({trial.environment_id})
+        ours = descendants(driver.pid)  # Ray's own processes (gcs, raylet, workers, agents)
+        assert agents and _alive(trial.pid)
+        driver.kill()
+        driver.wait()
+        _wait(lambda: not any(_alive(p) for p in [*agents, trial.pid]), 60)  # the agent and its trial
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+        for pid in ours:  # Ray's helper agents notice their raylet is gone only after a minute or two
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_experiment_across_namespace_nodes(tmp_path: Path, ray_env: dict[str, str]) -> None:
+    reason = netns_unavailable()
+    if reason:
+        pytest.skip(f"!!! RAY NODES IN NETWORK NAMESPACES UNAVAILABLE: {reason} "
+                    "— the multi-node Ray test did NOT run !!!")
+    try:
+        lab = RayNetnsLab(n_nodes=2, cpus_per_node=1, token=ray_env["RAY_AUTH_TOKEN"]).up()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        detail = getattr(e, "stderr", "") or ""
+        pytest.skip(f"!!! RAY NODES IN NETWORK NAMESPACES COULD NOT BE BUILT HERE: {e} {detail} "
+                    "— the multi-node Ray test did NOT run !!!")
+    try:
+        assert lab.head_ip.startswith("10.203.")  # a test bridge, never eth0's address
+        _, exp_dir = _ray_experiment(tmp_path, {"address": lab.address}, trials=4, concurrency=2)
+        st = run_experiment(exp_dir, timeout=240, **FAST)
+        _assert_all_succeeded(st, 4)
+        hosts = {Path(str(t.output_dir), "trial.stdout").read_text().split()[-1] for t in st.trials.values()}
+        assert hosts == set(lab.node_names())  # both namespace nodes ran trials (the head has no CPU)
+        assert len({t.environment_id for t in st.trials.values()}) == 2
+        # the agents reached the manager on the bridge (the address on the route to the head), not on eth0's
+        assert json.loads((exp_dir / "cluster.json").read_text())["url"].startswith(f"http://{lab.head_ip}:")
+    finally:
+        lab.down()
+
+
+def test_the_actor_needs_only_ray_on_the_nodes(tmp_path: Path, ray_env: dict[str, str]) -> None:
+    import sys
+
+    import ray.cloudpickle as cloudpickle
+
+    from nnix.services.ray import _actor_class
+
+    pickled = tmp_path / "actor.pkl"
+    pickled.write_bytes(cloudpickle.dumps(_actor_class()))
+    check = (
+        "import sys\n"
+        "class NoNnix:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'nnix': raise ImportError(name)\n"
+        "sys.meta_path.insert(0, NoNnix())\n"
+        "import ray.cloudpickle as cp\n"
+        f"cls = cp.loads(open({str(pickled)!r}, 'rb').read())\n"
+        "print(cls.__name__, cls(False).info())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["NnixEnvironment", "{}"]
