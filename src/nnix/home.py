@@ -145,3 +145,15 @@ def trial_count(exp_dir: Path) -> int:
         return store.count("TrialCreated")
     finally:
         store.close()
+
+
+def trial_files_dir(exp_dir: Path, trial_id: str, output_dir: str | None) -> Path | None:
+    """Where a trial's files (``trial.stdout``, ``trial.stderr``, ``trial.log``) can be read here: its own
+    directory when that is a path on this machine, else the copy the manager keeps of a trial that ran
+    elsewhere (``host:/path``; see :mod:`nnix.services.mirror`). None before it started."""
+    if not output_dir:
+        return None
+    own = Path(output_dir)
+    if own.is_absolute():
+        return own
+    return exp_dir / "trials" / trial_id

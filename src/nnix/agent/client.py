@@ -176,6 +176,7 @@ class AgentClient:
         resources: Callable[[], dict[str, Any]] | None = None,
         poll_interval: float = 0.25,
         kill_grace: float = 5.0,
+        stream_output: bool = True,
         pid_file: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -194,7 +195,8 @@ class AgentClient:
         self._resources = resources
         self._pid_file = pid_file
         self._clock = clock
-        self._runner = TrialRunner(self._on_event, poll_interval=poll_interval, kill_grace=kill_grace)
+        self._runner = TrialRunner(self._on_event, poll_interval=poll_interval, kill_grace=kill_grace,
+                                   stream_output=stream_output)
         self._kill_grace = kill_grace
         self._kills: set[asyncio.Task[Any]] = set()
         self._instance = secrets.token_hex(8)
@@ -503,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--give-up-after", type=float, default=24 * 3600.0)
     p.add_argument("--poll-interval", type=float, default=0.25)
     p.add_argument("--kill-grace", type=float, default=5.0)
+    p.add_argument("--no-output-stream", action="store_true",
+                   help="do not stream trials' stdout/stderr to the manager (it reads the files itself)")
     p.add_argument("--probe", action="store_true", help="print version and resources as JSON, then exit")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
@@ -537,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         give_up_after=args.give_up_after or None,
         poll_interval=args.poll_interval,
         kill_grace=args.kill_grace,
+        stream_output=not args.no_output_stream,
         pid_file=pid_file,
     )
     try:

@@ -8,7 +8,9 @@ per direction and per agent, so a message re-sent after a network cut is recogni
 once. Types:
 
 agent → manager   ``hello`` (version, environment, resources, trials it still runs),
-                  ``started``, ``metrics``, ``exited`` (the runner's events), ``heartbeat``
+                  ``started``, ``metrics``, ``exited`` (the runner's events), ``heartbeat``,
+                  ``output`` (a chunk of a trial's stdout/stderr at a byte offset, streamed while it
+                  runs; agents started with ``--no-output-stream`` send none)
 manager → agent   ``run`` (a :class:`~nnix.agent.runner.TrialSpec`), ``attach`` (watch a trial that
                   an earlier agent started: it outlived that agent), ``kill``, ``shutdown``
 
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nnix.agent.runner import Exited, Metrics, Started, TrialSpec
+from nnix.agent.runner import Exited, Metrics, Output, Started, TrialSpec
 
 PROTOCOL = 1
 
@@ -76,7 +78,7 @@ class Shutdown:
     kill_trials: bool = False  # False: the agent exits and its trials run on (a later agent can attach)
 
 
-Message = Hello | Heartbeat | Started | Metrics | Exited | Run | Attach | Kill | Shutdown
+Message = Hello | Heartbeat | Started | Metrics | Exited | Output | Run | Attach | Kill | Shutdown
 
 _TYPES: dict[str, type[Any]] = {
     "hello": Hello,
@@ -84,6 +86,7 @@ _TYPES: dict[str, type[Any]] = {
     "started": Started,
     "metrics": Metrics,
     "exited": Exited,
+    "output": Output,
     "run": Run,
     "attach": Attach,
     "kill": Kill,

@@ -14,6 +14,7 @@ The runner reports what happens through ``emit``: :class:`Started`, :class:`Metr
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import signal
@@ -70,6 +71,18 @@ class Exited:
 
 
 @dataclass(frozen=True)
+class Output:
+    """New bytes of a trial's ``trial.stdout`` / ``trial.stderr`` at byte ``offset`` (base64 in ``data``),
+    streamed by an agent while the trial runs so that the manager keeps a copy of files it cannot read.
+    Writing a chunk at its offset is idempotent: a chunk sent twice changes nothing."""
+
+    trial_id: str
+    stream: str  # "stdout" | "stderr"
+    offset: int
+    data: str
+
+
+@dataclass(frozen=True)
 class Requeued:
     """Emitted by a service (never by the runner): the trial's environment was lost and the trial
     should run again elsewhere, from scratch. The manager puts it back to WAITING."""
@@ -78,7 +91,7 @@ class Requeued:
     reason: str
 
 
-RunnerEvent = Started | Metrics | Exited | Requeued
+RunnerEvent = Started | Metrics | Exited | Requeued | Output
 
 
 def process_start_token(pid: int) -> str | None:
@@ -134,6 +147,16 @@ def read_exit_code(channel: Path) -> int | None:
         return None
 
 
+OUTPUT_CHUNK = 64 * 1024
+OUTPUT_CAP = 8 * 1024 * 1024
+
+
+def _still_running(run: _Running) -> bool:
+    if run.proc is not None:
+        return run.proc.returncode is None
+    return run.task is None or not run.task.done()
+
+
 def stderr_tail(output_dir: Path, max_chars: int = 300) -> str:
     path = output_dir / "trial.stderr"
     try:
@@ -157,6 +180,7 @@ class _Running:
     proc: asyncio.subprocess.Process | None  # None when re-attached (not our child)
     task: asyncio.Task[None] | None = None
     killing: bool = False
+    sent: dict[str, int] = field(default_factory=dict)  # output streaming: bytes sent per stream
 
 
 class TrialRunner:
@@ -167,8 +191,10 @@ class TrialRunner:
         poll_interval: float = 0.25,
         kill_grace: float = 5.0,
         shell: str = "/bin/bash",
+        stream_output: bool = False,
     ) -> None:
         self._emit = emit
+        self._stream = stream_output
         self._poll = poll_interval
         self._grace = kill_grace
         self._shell = shell
@@ -270,6 +296,43 @@ class TrialRunner:
         items = [(i, m) for i, m in run.reader.read_new() if i > skip_upto]
         if items:
             self._emit(Metrics(run.spec_id, items))
+        if self._stream:
+            self._stream_output(run)
+
+    def _stream_output(self, run: _Running) -> None:
+        """Send what the trial wrote to stdout/stderr since the last call: while it runs, at most
+        ``OUTPUT_CHUNK`` bytes per stream and call, up to ``OUTPUT_CAP`` bytes per stream; once it is over,
+        everything left below the cap and, beyond it, the last ``OUTPUT_CHUNK`` bytes (the manager's copy
+        then says how much it skipped)."""
+        running = _still_running(run)
+        for stream in ("stdout", "stderr"):
+            path = run.output_dir / f"trial.{stream}"
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            while True:
+                sent = run.sent.get(stream, 0)
+                if size <= sent:
+                    break
+                start = sent
+                if sent >= OUTPUT_CAP:
+                    if running:
+                        break
+                    start = max(sent, size - OUTPUT_CHUNK)
+                try:
+                    room = OUTPUT_CAP - start if start < OUTPUT_CAP else size  # never past the cap mid-stream
+                    with open(path, "rb") as f:
+                        f.seek(start)
+                        data = f.read(min(OUTPUT_CHUNK, size - start, room))
+                except OSError:
+                    break
+                if not data:
+                    break
+                run.sent[stream] = start + len(data)
+                self._emit(Output(run.spec_id, stream, start, base64.b64encode(data).decode("ascii")))
+                if running:
+                    break
 
     async def _watch(self, run: _Running) -> None:
         assert run.proc is not None

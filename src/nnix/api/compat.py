@@ -25,6 +25,7 @@ from nnix.core.manager import ExperimentManager
 from nnix.core.state import Metric, TrialState
 from nnix.core.status import MetricType, TrialStatus
 from nnix.errors import NnixError
+from nnix.home import trial_files_dir
 
 PREFIX = "/api/v1/nni"
 
@@ -340,9 +341,10 @@ def routes(ctx: ApiContext) -> list[Route]:
         if mapped is None:
             raise ApiError(400, f"filename must be one of {', '.join(TRIAL_FILES)}")
         t = trial_or_404(ctx, tid)
-        if not t.output_dir:
+        folder = trial_files_dir(ctx.manager.exp_dir, t.trial_id, t.output_dir)
+        if folder is None:
             raise ApiError(404, f"trial {tid} has not started: it has no files yet")
-        path = Path(t.output_dir) / mapped
+        path = folder / mapped
         if mapped == "model.onnx":
             if not path.is_file():
                 raise ApiError(404, f"trial {tid} has no {name}")

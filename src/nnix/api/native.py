@@ -36,6 +36,7 @@ from nnix.api.views import TrialQuery, overview
 from nnix.core.state import Metric, TrialState
 from nnix.core.status import MetricType
 from nnix.errors import NnixError
+from nnix.home import trial_files_dir
 
 PREFIX = "/api/nnix/v1"
 LOG_NAMES = ("stdout", "stderr", "trial.log")
@@ -67,13 +68,14 @@ def curve_json(tid: str, xs: list[int], ys: list[float]) -> bytes:
             f'"y":[{",".join(map("%.6g".__mod__, ys))}]}}').encode()
 
 
-def log_files(t: TrialState) -> dict[str, int | None]:
+def log_files(exp_dir: Path, t: TrialState) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
+    folder = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
     for name in LOG_NAMES:
         size = None
-        if t.output_dir:
+        if folder is not None:
             try:
-                size = (Path(t.output_dir) / TRIAL_FILES[name]).stat().st_size
+                size = (folder / TRIAL_FILES[name]).stat().st_size
             except OSError:
                 size = None
         out[name] = size
@@ -140,7 +142,7 @@ def routes(ctx: ApiContext) -> list[Route]:
             "metrics": [metric_json(x) for x in t.metrics],
             "hyperParameters": parameter_record(t),
             "outputDir": t.output_dir,
-            "logs": log_files(t),
+            "logs": log_files(ctx.manager.exp_dir, t),
             "cancelReason": None if t.cancel_reason is None else t.cancel_reason.value,
             "gpus": None if t.gpus is None else list(t.gpus),
         })
@@ -159,9 +161,10 @@ def routes(ctx: ApiContext) -> list[Route]:
             raise ApiError(400, f"log name must be one of {', '.join(LOG_NAMES)}")
         t = trial_or_404(ctx, request.path_params["id"])
         limit = int_param(request, "tail", LOG_TAIL_DEFAULT, 1, LOG_TAIL_MAX)
-        if not t.output_dir:
+        folder = trial_files_dir(ctx.manager.exp_dir, t.trial_id, t.output_dir)
+        if folder is None:
             return PlainTextResponse("", headers={"X-Nnix-Skipped": "0", "X-Nnix-Missing": "1"})
-        path = Path(t.output_dir) / TRIAL_FILES[name]
+        path = folder / TRIAL_FILES[name]
         if not path.is_file():
             return PlainTextResponse("", headers={"X-Nnix-Skipped": "0", "X-Nnix-Missing": "1"})
         data, skipped = await asyncio.to_thread(_tail, path, limit)

@@ -563,11 +563,17 @@ def log_trial(
     experiment_id: IdArg = None,
     trial_id: Annotated[str | None, typer.Option("--trial_id", "--trial-id", "-T")] = None,
 ) -> None:
-    """Where a trial's files are (trial.stdout, trial.stderr, trial.log)."""
+    """Where a trial's files are (trial.stdout, trial.stderr, trial.log); for a trial that ran on another
+    machine, also where this machine keeps a copy of its stdout and stderr."""
+    from nnix.home import Registry, trial_files_dir
+
     eid, st = _state(experiment_id)
+    exp_dir = Path(Registry().get(eid).dir)
     for t in st.trials.values():
         if trial_id is None or t.trial_id == trial_id:
-            typer.echo(f"{t.trial_id}: {t.output_dir or '(not started)'}")
+            here = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
+            copy = f" (copy here: {here})" if here is not None and str(here) != t.output_dir else ""
+            typer.echo(f"{t.trial_id}: {t.output_dir or '(not started)'}{copy}")
     if trial_id is not None and trial_id not in st.trials:
         raise NnixError(f"experiment {eid} has no trial {trial_id}")
 

@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from nnix.agent.protocol import Attach, Hello, Kill, Message, Run, Shutdown
-from nnix.agent.runner import Exited, Metrics, RunnerEvent, Started, TrialSpec
+from nnix.agent.runner import Exited, Metrics, Output, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.services.base import CapacityChanged, ServiceContext
+from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
     from nnix.config import ExperimentConfig
@@ -107,7 +108,11 @@ class Launcher(Protocol):
     """Engine name for messages and environment-variable ``NNI_PLATFORM`` (``slurm``, ``ray``...)."""
     advertise_host: str | None
     """The address environments use to reach the manager, when the engine knows it better than the
-    default guess (``nniManagerIp`` overrides both)."""
+    default guess (``nniManagerIp`` overrides both).
+
+    Optional attribute ``shares_files: bool`` (default True): the trials' output directories are on storage
+    the manager reads (``output_location`` is a path here). False: agents stream each trial's stdout and
+    stderr, and the manager keeps a copy (:mod:`nnix.services.mirror`)."""
 
     async def prepare(self) -> None: ...
 
@@ -224,10 +229,14 @@ class ClusterService:
         self._start_timeout = float(start_timeout)
         self._engine_poll = float(engine_poll_interval)
         self._end_grace = float(end_grace)
-        self._agent_options = (
+        self._agent_options: tuple[str, ...] = (
             "--request-timeout", f"{agent_request_timeout:g}", "--poll-interval", f"{poll_interval:g}",
             "--kill-grace", f"{kill_grace:g}",
         )
+        self._shared = bool(getattr(launcher, "shares_files", True))
+        if self._shared:  # the manager reads trial files where they are: no copy streamed
+            self._agent_options = (*self._agent_options, "--no-output-stream")
+        self._mirror = OutputMirror(context.experiment_dir) if context is not None and not self._shared else None
         self._kill_grace = kill_grace
         self._port = port
         self._clock = clock
@@ -555,7 +564,13 @@ class ClusterService:
 
     def on_message(self, environment_id: str, message: Message) -> None:
         env = self._envs.get(environment_id)
-        if env is None or not isinstance(message, (Started, Metrics, Exited)):
+        if env is None:
+            return
+        if isinstance(message, Output):
+            if message.trial_id in self._trials and self._mirror is not None:
+                self._mirror.write(message)
+            return
+        if not isinstance(message, (Started, Metrics, Exited)):
             return
         t = self._trials.get(message.trial_id)
         if t is None:

@@ -67,11 +67,12 @@ import asyncssh
 
 from nnix import __version__
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run, Shutdown
-from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, Started, TrialSpec
+from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
 from nnix.errors import GpuUnavailableError, ServiceError
 from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.services.base import ServiceContext
 from nnix.services.gpu import GpuInfo, GpuScheduler
+from nnix.services.mirror import OutputMirror
 from nnix.services.packing import CodeArchive, build_wheels, pack_code
 
 if TYPE_CHECKING:
@@ -265,6 +266,7 @@ class RemoteService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._monitor: asyncio.Task[None] | None = None
         self._settle_timer: asyncio.TimerHandle | None = None
+        self._mirror = OutputMirror(context.experiment_dir) if context is not None else None
 
     @classmethod
     def from_config(
@@ -937,6 +939,10 @@ class RemoteService:
             return
         if isinstance(message, Heartbeat):
             env.machine.inventory.update(message.resources)
+            return
+        if isinstance(message, Output):
+            if message.trial_id in self._trials and self._mirror is not None:
+                self._mirror.write(message)  # trial files stay on the worker: keep a copy here
             return
         if not isinstance(message, (Started, Metrics, Exited)):
             return
