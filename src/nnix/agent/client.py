@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from nnix import __version__
+from nnix.agent.commands import TrialCommands
 from nnix.agent.protocol import (
     Attach,
     Heartbeat,
@@ -51,7 +52,7 @@ from nnix.agent.protocol import (
     decode,
     encode,
 )
-from nnix.agent.runner import CHANNEL_DIRNAME, Exited, Requeued, RunnerEvent, TrialRunner
+from nnix.agent.runner import Exited, Requeued, RunnerEvent, TrialRunner
 from nnix.errors import ServiceError
 
 __all__ = ["AgentClient", "ConnectSettings", "host_resources", "load_settings"]
@@ -203,7 +204,8 @@ class AgentClient:
         self._seq = 0
         self._outbox: list[dict[str, Any]] = []
         self._unreported: set[str] = set()  # trials whose Exited is not yet acknowledged
-        self._seen: set[str] = set()
+        self._commands = TrialCommands(self._runner)
+        self._seen = self._commands.seen
         self._cmd_after = 0
         self._heartbeat = 5.0
         self._poll_wait = 20.0
@@ -432,14 +434,9 @@ class AgentClient:
         if isinstance(message, Run):
             await self._run(message)
         elif isinstance(message, Attach):
-            if message.trial_id not in self._runner.running and message.trial_id not in self._seen:
-                self._seen.add(message.trial_id)
-                await self._runner.attach(message.trial_id, Path(message.output_dir), message.pid,
-                                          message.pid_start, message.after_index)
-            else:  # already watched: a resumed manager says what it has; send what it misses again
-                self._runner.resend(message.trial_id, message.after_index)
+            await self._commands.apply(message)
         elif isinstance(message, Kill):
-            task = asyncio.ensure_future(self._runner.kill(message.trial_id))
+            task = asyncio.ensure_future(self._commands.apply(message))
             self._kills.add(task)
             task.add_done_callback(self._kills.discard)
         elif isinstance(message, Shutdown):
@@ -460,23 +457,14 @@ class AgentClient:
 
     async def _run(self, run: Run) -> None:
         spec = run.spec
-        if spec.trial_id in self._seen:
-            return  # delivered twice
-        self._seen.add(spec.trial_id)
-        out = spec.output_dir
         try:
-            if (out / CHANNEL_DIRNAME).exists():  # an earlier attempt ran here: keep it, aside
-                n = 1
-                while out.with_name(f"{out.name}.{n}").exists():
-                    n += 1
-                out.rename(out.with_name(f"{out.name}.{n}"))
-            out.mkdir(parents=True, exist_ok=True)
-            started = await self._runner.start(spec)
+            started = await self._commands.apply(run)
         except (ServiceError, OSError) as e:
             text = e.message if isinstance(e, ServiceError) else str(e)
             self._on_event(Exited(spec.trial_id, None, None, "", f"cannot start the trial: {text}"))
             return
-        self._enqueue(replace(started, environment_id=self._environment_id))
+        if started is not None:
+            self._enqueue(replace(started, environment_id=self._environment_id))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -1,5 +1,7 @@
-"""The local training service: one environment, this machine, running the agent's trial runner
-in-process (no extra hop; same runner the remote agent uses), with GPU scheduling."""
+"""The local training service: one environment, this machine, with GPU scheduling. It applies the agent
+protocol's commands (``Run``, ``Kill``, ``Attach``) in-process through the same
+:class:`~nnix.agent.commands.TrialCommands` an agent uses, so local and remote trials run by one code path
+(no network hop, no encoding)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from nnix.agent.commands import TrialCommands
+from nnix.agent.protocol import Attach, Kill, Run
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialRunner, TrialSpec
 from nnix.services.base import ServiceContext
 from nnix.services.gpu import GpuInventory, GpuScheduler, NvmlInventory
@@ -42,6 +46,7 @@ class LocalService:
             use_active_gpu=bool(use_active_gpu),
         )
         self._runner = TrialRunner(self._on_event, kill_grace=kill_grace, poll_interval=poll_interval)
+        self._commands = TrialCommands(self._runner)
         self._gpu_of: dict[str, tuple[int, ...]] = {}
 
     @classmethod
@@ -76,15 +81,17 @@ class LocalService:
             return None
         env = dict(spec.env)
         env.update(self._gpus.env(alloc))
+        self._commands.seen.discard(spec.trial_id)  # never delivered twice here; a re-queued trial runs again
         try:
-            started = await self._runner.start(replace(spec, env=env))
+            started = await self._commands.apply(Run(replace(spec, env=env)))
         except BaseException:
             self._gpus.release(spec.trial_id)
             raise
+        assert started is not None
         return replace(started, gpus=alloc.indices) if alloc.indices else started
 
     async def cancel(self, trial_id: str) -> None:
-        await self._runner.kill(trial_id)
+        await self._commands.apply(Kill(trial_id))
 
     async def reattach(
         self,
@@ -97,7 +104,7 @@ class LocalService:
     ) -> None:
         if gpus:
             self._gpus.restore(trial_id, list(gpus))
-        await self._runner.attach(trial_id, output_dir, pid, pid_start, after_index)
+        await self._commands.apply(Attach(trial_id, str(output_dir), pid, pid_start, after_index))
 
     def waiting_reason(self) -> str:
         return self._gpus.waiting_reason()
