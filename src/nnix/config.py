@@ -436,11 +436,168 @@ class ClusterCommonConfig(_Model):
 
 # --- platform: slurm (owned by the Slurm module) --------------------------------------------------
 
+_SLURM_TIME_RE = re.compile(r"^(?:\d+-)?\d+(?::\d+){0,2}$")
+_SLURM_TIME_HINT = "e.g. 2h, 90m, or Slurm's own forms: 1:30:00 (H:MM:SS), 2-00:00:00 (D-HH:MM:SS)"
+
+
+def _slurm_time(value: Any) -> Any:
+    """A job time limit in Slurm's syntax: Slurm forms pass as written; an nnix duration with a unit (``2h``,
+    ``90m``) becomes ``D-HH:MM:SS``. A bare number is refused: Slurm reads it as minutes, nnix as seconds."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, int, float)) or (
+            isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d*)?\s*", value)):
+        raise PydanticCustomError(
+            "slurm_time", "{value} is ambiguous: Slurm reads a bare number as minutes, nnix as seconds",
+            {"value": repr(value), "hint": f"write the unit, {_SLURM_TIME_HINT}"},
+        )
+    if not isinstance(value, str):
+        raise PydanticCustomError("slurm_time", "{value} is not a time limit",
+                                  {"value": repr(value), "hint": _SLURM_TIME_HINT})
+    text = value.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return "UNLIMITED"
+    if _SLURM_TIME_RE.match(text):
+        if not any(int(n) for n in re.findall(r"\d+", text)):
+            raise PydanticCustomError("slurm_time", "a time limit of zero means no limit to Slurm",
+                                      {"hint": "remove timeLimit, or write UNLIMITED"})
+        return text
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise PydanticCustomError("slurm_time", "{value} is not a time limit",
+                                  {"value": repr(value), "hint": _SLURM_TIME_HINT}) from None
+    if seconds <= 0:
+        raise PydanticCustomError("slurm_time", "the time limit must be positive", {"hint": _SLURM_TIME_HINT})
+    days, rest = divmod(seconds, 86400)
+    return f"{days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+
+
+_SLURM_MEMORY_RE = re.compile(r"^\s*(\d+)\s*(?:([KMGT])(?:I?B)?)?\s*$", re.IGNORECASE)
+
+
+def _slurm_memory(value: Any) -> Any:
+    """``--mem`` of each environment: a bare number is megabytes (as in Slurm); ``4G``, ``512MB``, ``2GiB``
+    are normalised to Slurm's ``4G``, ``512M``, ``2G``."""
+    if value is None:
+        return None
+    match = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        match = _SLURM_MEMORY_RE.match(str(value))
+    elif isinstance(value, str):
+        match = _SLURM_MEMORY_RE.match(value)
+    if match is None or int(match.group(1)) <= 0:
+        raise PydanticCustomError("slurm_memory", "{value} is not an amount of memory",
+                                  {"value": repr(value), "hint": "a positive number of megabytes, or e.g. 4G, 512M"})
+    return f"{int(match.group(1))}{(match.group(2) or 'M').upper()}"
+
+
+_SLURM_WORD_RE = re.compile(r"^[A-Za-z0-9_.,:+@=()/\-\[\]]+$")
+
+
+def _slurm_word(value: str) -> str:
+    """A value written into an ``#SBATCH`` line (partition, account, qos, gres): one word."""
+    if not _SLURM_WORD_RE.match(value):
+        raise PydanticCustomError(
+            "slurm_word", "{value} is not a valid Slurm name",
+            {"value": repr(value), "hint": "one word without spaces or quotes, as `sinfo` / `sacctmgr` show it"},
+        )
+    return value
+
+
+_SBATCH_MANAGED = {
+    "--job-name": "nnix names the jobs itself", "-J": "nnix names the jobs itself",
+    "--output": "the agent's log goes to the shared working directory", "-o": "the agent's log goes to the "
+    "shared working directory", "--error": "the agent's log goes to the shared working directory",
+    "-e": "the agent's log goes to the shared working directory",
+    "--chdir": "jobs start in their environment's directory", "-D": "jobs start in their environment's directory",
+    "--array": "each environment is one job", "-a": "each environment is one job",
+    "--wrap": "nnix writes the batch script", "--parsable": "nnix reads the job id itself",
+    "--wait": "sbatch must return at once", "-W": "sbatch must return at once",
+    "--test-only": "the job must really be submitted",
+}
+
+
+def _sbatch_option(value: str) -> str:
+    """One extra ``sbatch`` option: ``--constraint=a100`` or ``#SBATCH --constraint=a100`` (kept as the part
+    after ``#SBATCH``)."""
+    text = value.strip()
+    if "\n" in text or "\r" in text or "\0" in text:
+        raise PydanticCustomError("sbatch_option", "must be one line", {"hint": "give each option as its own item"})
+    if text.startswith("#SBATCH"):
+        rest = text[len("#SBATCH"):]
+        if not rest[:1].isspace():
+            raise PydanticCustomError("sbatch_option", "{value} is not an #SBATCH line",
+                                      {"value": repr(value), "hint": "e.g. #SBATCH --constraint=a100"})
+        text = rest.strip()
+    if not text.startswith("-") or text in ("-", "--"):
+        raise PydanticCustomError(
+            "sbatch_option", "{value} is not an sbatch option",
+            {"value": repr(value), "hint": "an option as sbatch takes it, e.g. --constraint=a100 or "
+                                           "#SBATCH --exclusive"},
+        )
+    name = re.split(r"[=\s]", text, maxsplit=1)[0]
+    if not text.startswith("--") and len(name) > 2:
+        name = name[:2]  # -J<name>
+    if name in _SBATCH_MANAGED:
+        raise PydanticCustomError("sbatch_option", "{name} is set by nnix: {why}",
+                                  {"name": name, "why": _SBATCH_MANAGED[name], "hint": "remove it"})
+    return text
+
+
+SlurmTime = Annotated[str, BeforeValidator(_slurm_time)]
+SlurmMemory = Annotated[str, BeforeValidator(_slurm_memory)]
+SlurmWord = Annotated[NonEmpty, AfterValidator(_slurm_word)]
+SbatchOption = Annotated[str, AfterValidator(_sbatch_option)]
+
 
 class SlurmConfig(ClusterCommonConfig):
-    """``platform: slurm`` (new in nnix): environments are ``sbatch`` jobs running the nnix agent."""
+    """``platform: slurm`` (new in nnix): environments are ``sbatch`` jobs running the nnix agent.
+
+    The manager runs where the Slurm commands work (a login node) and the nodes share its file system:
+    trials run in ``trial_code_directory`` and write under ``shared_working_directory`` at the same paths
+    on every node, and the manager reads their output there. Each job asks for the resources of one trial.
+    In reuse mode a job runs trial after trial, so ``time_limit`` bounds the job, not each trial
+    (``maxTrialDuration`` does that): when it is reached the running trial fails with Slurm's reason and new
+    jobs are submitted for the trials left.
+    """
 
     platform: Literal["slurm"]
+    partition: SlurmWord | None = None
+    """``--partition``; default the cluster's default partition."""
+    account: SlurmWord | None = None
+    """``--account`` to charge."""
+    qos: SlurmWord | None = None
+    """``--qos``."""
+    time_limit: SlurmTime | None = None
+    """``--time`` of each job: ``2h``, ``90m`` or Slurm's forms (``1:30:00``, ``2-00:00:00``, ``UNLIMITED``).
+    Slurm rounds it up to whole minutes."""
+    cpus_per_trial: PositiveInt = 1
+    """``--cpus-per-task`` of each job."""
+    memory: SlurmMemory | None = None
+    """``--mem`` of each job: megabytes, or ``4G``, ``512M``; default the cluster's (``DefMemPerCPU``)."""
+    gres: SlurmWord | None = None
+    """``--gres`` of each job, e.g. ``gpu:a100:1``; default ``gpu:<trialGpuNumber>`` when that is above 0."""
+    sbatch_options: list[SbatchOption] = Field(default_factory=list)
+    """More ``sbatch`` options, one per item (``--constraint=a100``, ``#SBATCH --exclusive``); written as
+    ``#SBATCH`` lines after nnix's own, so they win over ``partition``, ``timeLimit`` and the like."""
+    setup_commands: list[str] = Field(default_factory=list)
+    """Shell lines the job runs before the agent (``module load python/3.11``, ``source ~/venv/bin/activate``)."""
+    python_executable: NonEmpty | None = None
+    """The Python that runs the agent on the nodes (nnix importable there); default the manager's interpreter
+    (a shared file system is assumed)."""
+    shared_working_directory: AbsPath | None = None
+    """Where job scripts, agent logs and trial outputs go (``envs/``, ``trials/``); it must be visible at the same
+    path from the nodes. Default ``<experiment dir>/slurm``."""
+
+    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
+        problems = []
+        if self.gres is not None and "gpu" in self.gres.lower() and trial_gpu_number:
+            problems.append(Problem(
+                ("gres",), "asks for GPUs, and so does {trial_gpu_number}",
+                "keep one: {path} (e.g. gpu:a100:1) or {trial_gpu_number} (becomes --gres=gpu:N)",
+            ))
+        return problems
 
 
 # --- platform: ray (owned by the Ray module) ------------------------------------------------------
