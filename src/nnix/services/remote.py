@@ -1043,7 +1043,19 @@ class RemoteService:
                     raise HostError(f"the agent of {m.label} is being replaced")
                 env = m.reuse_env
             else:
-                env = await self._take_single(m)
+                # a fresh agent for this trial; stop waiting for it at once if its host is declared lost
+                # meanwhile (``_declare_lost`` resolves ``t.started`` with None): starting an agent on a
+                # host whose link is gone can hang for the whole start timeout, and the manager waits here
+                take = asyncio.ensure_future(self._take_single(m))
+                waits: set[asyncio.Future[Any]] = {take, t.started}
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if not take.done():
+                    take.cancel()
+                    with contextlib.suppress(BaseException):
+                        await take
+                    self._drop_trial(t)
+                    return None
+                env = take.result()
             t.env = env
             env.trials.add(spec.trial_id)
             env.endpoint.send(Run(remote))
