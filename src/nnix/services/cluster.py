@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -82,6 +83,9 @@ class EnvStatus:
     reason: str = ""
     """Why it is pending (``Resources``) or how it ended (``TIMEOUT: time limit reached``, ``NODE_FAIL``,
     ``preempted``, ``OOMKilled``...), in the engine's words; shown to the user."""
+    killed: bool = False
+    """Ended: the engine ended it (time limit, cancelled, preempted, node lost, out of memory), as opposed to its
+    command exiting by itself. A trial killed by a signal in such an environment ends with the engine's reason."""
 
 
 class Launcher(Protocol):
@@ -163,6 +167,21 @@ class _Trial:
     placed: TrialSpec | None = None
     last_index: int = -1
     started: asyncio.Future[Started] | None = None
+    killing: bool = False  # nnix asked its agent to kill it
+    held: Exited | None = None  # its exit, held until the engine says whether it ended the environment
+    held_at: float = 0.0
+
+
+_SIGNALS_FROM_OUTSIDE = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP)
+
+
+def _by_signal(exited: Exited) -> bool:
+    """Whether a trial died of a signal an engine sends when it ends a job (directly, or as its shell's
+    ``128 + signal`` exit status)."""
+    if exited.signal is not None:
+        return exited.signal in _SIGNALS_FROM_OUTSIDE
+    code = exited.exit_code
+    return code is not None and (-code in _SIGNALS_FROM_OUTSIDE or code - 128 in _SIGNALS_FROM_OUTSIDE)
 
 
 def _guess_host() -> str:
@@ -359,6 +378,9 @@ class ClusterService:
                 continue  # keeps running: a resumed manager takes it over
             env.stopping = True
             env.endpoint.send(Shutdown("the experiment's manager is closing", kill_trials=True))
+            t = self._trials.get(env.trial) if env.trial is not None else None
+            if t is not None:
+                t.killing = True
             stops.append(env)
         if stops:
             deadline = self._clock() + (self._kill_grace + 2.0 if kill_trials else 1.0)
@@ -495,11 +517,20 @@ class ClusterService:
                 if env.trial is None or env.stopping:
                     self._end_env(env, st.reason or "ended")
                     continue
+                held = self._trials.get(env.trial)
+                if held is not None and held.held is not None and not st.killed:
+                    self._exited(held, env, held.held)  # its own exit stands: the engine did not end the job
+                    self._end_env(env, st.reason or "ended")
+                    continue
                 # its agent may still be delivering the trial's exit: a short grace
                 if env.ended_seen is None:
                     env.ended_seen = now
                 elif now - env.ended_seen >= self._end_grace:
                     self._end_env(env, st.reason or "ended")
+        for t in list(self._trials.values()):  # exits held for the engine's word: it said nothing
+            if t.held is not None and t.env is not None and t.env.state != "ended" and t.env.ended_seen is None and (
+                    now - t.held_at >= 2 * self._engine_poll + self._end_grace):
+                self._exited(t, t.env, t.held)
         for env in list(self._envs.values()):
             if env.state != "ready" or env.stopping:
                 continue
@@ -588,16 +619,24 @@ class ClusterService:
             t.last_index = max([t.last_index, *(i for i, _ in message.items)])
             if t.started is None or t.started.done():
                 self._emit(message)
+        elif (t.started is None or t.started.done()) and not t.killing and not env.stopping and _by_signal(message):
+            # killed by a signal nnix did not send: the engine may be ending the environment (time limit,
+            # scancel, preemption) and signals the trial with it; its reason is the one to show, so the exit
+            # waits for the engine's word (the next polls), see _check
+            t.held, t.held_at = message, self._clock()
         else:
-            del self._trials[t.trial_id]
-            env.trial, env.idle_since = None, self._clock()
-            if t.started is not None and not t.started.done():
-                t.started.set_exception(_StartFailed(message.message or message.stderr_tail
-                                                     or f"exit status {message.exit_code}"))
-            else:
-                self._emit(message)
-            if env.single:
-                env.stopping = True  # its agent exits by itself; the engine job ends with it
+            self._exited(t, env, message)
+
+    def _exited(self, t: _Trial, env: _Env, message: Exited) -> None:
+        del self._trials[t.trial_id]
+        env.trial, env.idle_since = None, self._clock()
+        if t.started is not None and not t.started.done():
+            t.started.set_exception(_StartFailed(message.message or message.stderr_tail
+                                                 or f"exit status {message.exit_code}"))
+        else:
+            self._emit(message)
+        if env.single:
+            env.stopping = True  # its agent exits by itself; the engine job ends with it
 
     # --- the TrainingService protocol ----------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:
@@ -647,6 +686,10 @@ class ClusterService:
     async def cancel(self, trial_id: str) -> None:
         t = self._trials.get(trial_id)
         if t is not None and t.env is not None and t.env.state != "ended":
+            t.killing = True
+            if t.held is not None:  # it is over already
+                self._exited(t, t.env, t.held)
+                return
             t.env.endpoint.send(Kill(trial_id))
 
     async def reattach(

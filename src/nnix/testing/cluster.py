@@ -63,7 +63,8 @@ class ProcessLauncher:
             elif proc.poll() is None:
                 out[h] = EnvStatus("running")
             else:
-                out[h] = EnvStatus("ended", self.reasons.get(h, f"exit status {proc.returncode}"))
+                out[h] = EnvStatus("ended", self.reasons.get(h, f"exit status {proc.returncode}"),
+                                   killed=h in self.reasons)
         return out
 
     async def stop(self, handle: str) -> None:
