@@ -683,10 +683,65 @@ class FrameworkControllerConfig(ClusterCommonConfig):
 # --- platform: openpai (owned by the OpenPAI module) ----------------------------------------------
 
 
+def _memory_mb(value: Any) -> Any:
+    """NNI's ``trialMemorySize``: MB as a number, or a size with a unit (``512mb``, ``8gb``, ``8g``)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", value.lower())
+        if m:
+            factor = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[m.group(2)]
+            return int(float(m.group(1)) * factor)
+    raise PydanticCustomError("memory", "{value} is not a memory size",
+                              {"value": repr(value), "hint": "MB as a number, or e.g. 512mb, 8gb"})
+
+
+def _container_path(value: str) -> str:
+    if not value.startswith("/"):
+        raise PydanticCustomError("container_path", "must be an absolute path inside the containers",
+                                  {"hint": "e.g. /mnt/nni"})
+    return value.rstrip("/") or "/"
+
+
 class OpenpaiConfig(ClusterCommonConfig):
-    """``platform: openpai`` (NNI): environments are OpenPAI jobs submitted through its REST API."""
+    """``platform: openpai`` (NNI): environments are OpenPAI jobs submitted through its REST API (job
+    protocol v2). Code, the agent's nnix and the trials' outputs travel through the OpenPAI storage
+    ``storageConfigName``, mounted here at ``localStorageMountPoint`` and in the containers at
+    ``containerStorageMountPoint``. Not tested against a live OpenPAI cluster (see the README)."""
 
     platform: Literal["openpai"]
+    host: NonEmpty
+    """OpenPAI's address; ``https://`` is put in front when no scheme is given."""
+    username: NonEmpty
+    token: SecretStr
+    trial_cpu_number: PositiveInt
+    trial_memory_size: Annotated[PositiveInt, BeforeValidator(_memory_mb)]
+    """Per trial, in MB (``8gb`` and the like are converted)."""
+    storage_config_name: NonEmpty
+    docker_image: NonEmpty = "msranni/nni:latest"
+    """Any image with ``python3`` (>= 3.10): nnix itself comes from the shared storage."""
+    virtual_cluster: str | None = None
+    local_storage_mount_point: ExistingDir
+    container_storage_mount_point: Annotated[NonEmpty, AfterValidator(_container_path)]
+    openpai_config: dict[str, Any] | None = None
+    """A full job protocol to start from (prerequisites, task role resources...); its task roles' commands
+    run before the agent."""
+    openpai_config_file: AbsPath | None = None
+
+    @model_validator(mode="after")
+    def _one_protocol(self) -> OpenpaiConfig:
+        if self.openpai_config is not None and self.openpai_config_file is not None:
+            raise PydanticCustomError("exclusive", "openpaiConfig and openpaiConfigFile are mutually exclusive",
+                                      {"hint": "keep one of them"})
+        return self
+
+    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
+        if trial_gpu_number is None:
+            return [Problem(("platform",), "platform openpai needs {trial_gpu_number}",
+                            "set {trial_gpu_number} (0 for CPU-only trials)")]
+        return []
 
 
 # --------------------------------------------------------------------------------------------------
