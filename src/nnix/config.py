@@ -662,27 +662,6 @@ class RayConfig(ClusterCommonConfig):
 # --- platform: kubernetes, kubeflow, frameworkcontroller (owned by the Kubernetes module) ---------
 
 
-class KubernetesConfig(ClusterCommonConfig):
-    """``platform: kubernetes`` (new in nnix): environments are ``batch/v1`` Jobs running the nnix agent."""
-
-    platform: Literal["kubernetes"]
-
-
-class KubeflowConfig(ClusterCommonConfig):
-    """``platform: kubeflow`` (NNI): environments are TFJob / PyTorchJob objects."""
-
-    platform: Literal["kubeflow"]
-
-
-class FrameworkControllerConfig(ClusterCommonConfig):
-    """``platform: frameworkcontroller`` (NNI): environments are FrameworkController ``Framework`` objects."""
-
-    platform: Literal["frameworkcontroller"]
-
-
-# --- platform: openpai (owned by the OpenPAI module) ----------------------------------------------
-
-
 def _memory_mb(value: Any) -> Any:
     """NNI's ``trialMemorySize``: MB as a number, or a size with a unit (``512mb``, ``8gb``, ``8g``)."""
     if isinstance(value, bool):
@@ -703,6 +682,231 @@ def _container_path(value: str) -> str:
         raise PydanticCustomError("container_path", "must be an absolute path inside the containers",
                                   {"hint": "e.g. /mnt/nni"})
     return value.rstrip("/") or "/"
+
+
+_K8S_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_K8S_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def _k8s_name(value: str) -> str:
+    if len(value) > 63 or not _K8S_NAME_RE.match(value):
+        raise PydanticCustomError("k8s_name", "{value} is not a Kubernetes name",
+                                  {"value": repr(value), "hint": "lowercase letters, digits and '-', at most 63"})
+    return value
+
+
+def _k8s_quantity(value: Any) -> Any:
+    """A Kubernetes quantity (``2``, ``500m``, ``4Gi``); numbers become strings."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        value = f"{value:g}"
+    if isinstance(value, str) and _K8S_QUANTITY_RE.match(value.strip()):
+        return value.strip()
+    raise PydanticCustomError("k8s_quantity", "{value} is not a Kubernetes quantity",
+                              {"value": repr(value), "hint": "e.g. 2, 500m (CPUs) or 4Gi, 512Mi (memory)"})
+
+
+def _k8s_memory(value: Any) -> Any:
+    """NNI's ``memorySize``: megabytes as a number, ``8gb``-style sizes, or a Kubernetes quantity (``4Gi``)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{int(value)}Mi"
+    if isinstance(value, str) and _K8S_QUANTITY_RE.match(value.strip()) and not value.strip().isdigit():
+        return value.strip()
+    return f"{_memory_mb(value)}Mi"
+
+
+K8sName = Annotated[str, AfterValidator(_k8s_name)]
+K8sQuantity = Annotated[str, BeforeValidator(_k8s_quantity)]
+K8sMemory = Annotated[str, BeforeValidator(_k8s_memory)]
+
+
+class K8sStorageConfig(_Model):
+    """Where code, nnix itself and trial outputs live: a volume every environment mounts at
+    ``containerMountPoint`` and the manager reads at ``localMountPoint``.
+
+    NNI's ``nfs`` and ``azureStorage``, plus nnix's ``pvc`` (a PersistentVolumeClaim) and ``hostPath`` (a
+    directory of the nodes: single-node clusters, or a path every node mounts)."""
+
+    storage_type: Literal["nfs", "azureStorage", "pvc", "hostPath"]
+    server: NonEmpty | None = None
+    """nfs: the NFS server."""
+    path: NonEmpty | None = None
+    """nfs: the exported directory; hostPath: the directory on the nodes."""
+    claim_name: Annotated[str, AfterValidator(_k8s_name)] | None = None
+    """pvc: the PersistentVolumeClaim (ReadWriteMany, in the experiment's namespace)."""
+    azure_account: NonEmpty | None = None
+    azure_share: NonEmpty | None = None
+    key_vault_name: NonEmpty | None = None
+    key_vault_key: NonEmpty | None = None
+    """azureStorage: the Key Vault secret holding the storage account key (read with ``az keyvault``)."""
+    local_mount_point: AbsPath | None = None
+    """Where this storage is mounted on the manager's machine. nfs without it: nnix mounts the export under
+    the experiment directory (``mount -t nfs``, through ``sudo`` when not root; NNI does the same). hostPath:
+    defaults to ``path`` (the manager runs on a node). pvc and azureStorage: required."""
+    container_mount_point: Annotated[NonEmpty, AfterValidator(_container_path)] = "/tmp/mount"
+    """Where the containers mount it (NNI's ``/tmp/mount``)."""
+
+    @model_validator(mode="after")
+    def _fields(self) -> K8sStorageConfig:
+        need = {"nfs": ("server", "path"), "azureStorage": ("azure_account", "azure_share", "key_vault_name",
+                                                            "key_vault_key"),
+                "pvc": ("claim_name",), "hostPath": ("path",)}[self.storage_type]
+        other = {"server", "path", "claim_name", "azure_account", "azure_share", "key_vault_name",
+                 "key_vault_key"} - set(need)
+        missing = [to_camel(f) for f in need if getattr(self, f) is None]
+        extra = sorted(to_camel(f) for f in other if getattr(self, f) is not None)
+        if missing:
+            raise PydanticCustomError("storage", "storageType {kind} needs {fields}",
+                                      {"kind": self.storage_type, "fields": ", ".join(missing),
+                                       "hint": f"add {', '.join(missing)}"})
+        if extra:
+            raise PydanticCustomError("storage", "{fields} do not apply to storageType {kind}",
+                                      {"kind": self.storage_type, "fields": ", ".join(extra), "hint": "remove them"})
+        if self.storage_type == "hostPath" and not str(self.path).startswith("/"):
+            raise PydanticCustomError("storage", "hostPath path must be absolute", {"hint": "e.g. /data/nnix"})
+        if self.storage_type in ("pvc", "azureStorage") and self.local_mount_point is None:
+            raise PydanticCustomError(
+                "storage", "storageType {kind} needs localMountPoint",
+                {"kind": self.storage_type,
+                 "hint": "mount the volume on this machine and give its path: the manager reads trial outputs there"})
+        return self
+
+
+class _K8sCommon(ClusterCommonConfig):
+    namespace: K8sName = "default"
+    storage: K8sStorageConfig
+    python_executable: NonEmpty = "python3"
+    """nnix extension: the Python (>= 3.10) of the image that runs the agent; nnix itself comes from the storage."""
+    kubeconfig: AbsPath | None = None
+    """nnix extension: the kubeconfig to use; default ``$KUBECONFIG``, ``~/.kube/config``, then in-cluster."""
+    context: NonEmpty | None = None
+    """nnix extension: the kubeconfig context; default its current one."""
+
+
+class KubernetesConfig(_K8sCommon):
+    """``platform: kubernetes`` (new in nnix): environments are ``batch/v1`` Jobs running the nnix agent, one pod
+    each, asking for the resources of one trial."""
+
+    platform: Literal["kubernetes"]
+    image: NonEmpty = "python:3.11-slim"
+    """Any image with ``pythonExecutable`` (>= 3.10) and what the trials import; nnix comes from the storage."""
+    cpu: K8sQuantity = "1"
+    """CPU request and limit of each pod."""
+    memory: K8sMemory = "2Gi"
+    """Memory request and limit of each pod (``4Gi``; a number is MB)."""
+    service_account_name: K8sName | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """As in a pod spec, e.g. ``[{key: gpu, operator: Exists, effect: NoSchedule}]``."""
+    image_pull_secrets: list[K8sName] = Field(default_factory=list)
+    """Names of docker-registry Secrets of the namespace."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """More labels on the Jobs and their pods."""
+
+
+class KubeflowRoleConfig(_Model):
+    replicas: PositiveInt = 1
+    command: str = ""
+    """The primary role's command is the trial's (``trialCommand`` when empty); other roles run theirs as is."""
+    gpu_number: NonNegativeInt = 0
+    cpu_number: Annotated[float, Field(strict=False, gt=0)] = 1
+    memory_size: K8sMemory = "2Gi"
+    docker_image: NonEmpty = "msranni/nni:latest"
+    code_directory: AbsPath | None = None
+    private_registry_auth_path: AbsPath | None = None
+    """Not supported by nnix (create a docker-registry Secret and reference it instead); refused with a hint."""
+
+    @model_validator(mode="after")
+    def _no_auth_path(self) -> KubeflowRoleConfig:
+        if self.private_registry_auth_path is not None:
+            raise PydanticCustomError(
+                "unsupported", "privateRegistryAuthPath is not supported by nnix",
+                {"hint": "kubectl create secret docker-registry ... in the namespace; the image's node must be able "
+                         "to pull it"})
+        return self
+
+
+class KubeflowConfig(_K8sCommon):
+    """``platform: kubeflow`` (NNI): environments are TFJob (tf-operator) or PyTorchJob (pytorch-operator)
+    objects. The primary replica (TFJob worker 0, PyTorchJob master) runs the nnix agent and so the trials;
+    the other replicas run their role's command."""
+
+    platform: Literal["kubeflow"]
+    operator: Literal["tf-operator", "pytorch-operator"]
+    api_version: Literal["v1alpha2", "v1beta1", "v1beta2", "v1"]
+    worker: KubeflowRoleConfig | None = None
+    ps: KubeflowRoleConfig | None = None
+    master: KubeflowRoleConfig | None = None
+
+    @model_validator(mode="after")
+    def _roles(self) -> KubeflowConfig:
+        if self.operator == "tf-operator":
+            if self.worker is None:
+                raise PydanticCustomError("roles", "tf-operator needs a worker role", {"hint": "add worker: {...}"})
+            if self.master is not None:
+                raise PydanticCustomError("roles", "tf-operator has no master role",
+                                          {"hint": "use worker (and ps)"})
+        else:
+            if self.master is None:
+                raise PydanticCustomError("roles", "pytorch-operator needs a master role",
+                                          {"hint": "add master: {...}"})
+            if self.ps is not None:
+                raise PydanticCustomError("roles", "pytorch-operator has no ps role",
+                                          {"hint": "use master (and worker)"})
+            if self.master.replicas != 1:
+                raise PydanticCustomError("roles", "a PyTorchJob has exactly one master replica",
+                                          {"hint": "set master.replicas: 1"})
+        return self
+
+
+class FrameworkAttemptCompletionPolicy(_Model):
+    min_failed_task_count: int = 1
+    min_succeed_task_count: int = -1
+    """NNI's v2 spelling (v1 and FrameworkController write ``minSucceededTaskCount``); -1: never by successes."""
+
+
+class FrameworkControllerRoleConfig(_Model):
+    name: K8sName
+    docker_image: NonEmpty = "msranni/nni:latest"
+    task_number: PositiveInt = 1
+    command: str = ""
+    """The first role's command is the trial's (``trialCommand`` when empty); other tasks run theirs as is."""
+    gpu_number: NonNegativeInt = 0
+    cpu_number: Annotated[float, Field(strict=False, gt=0)] = 1
+    memory_size: K8sMemory = "2Gi"
+    framework_attempt_completion_policy: FrameworkAttemptCompletionPolicy = Field(
+        default_factory=FrameworkAttemptCompletionPolicy)
+    private_registry_auth_path: AbsPath | None = None
+
+    @model_validator(mode="after")
+    def _no_auth_path(self) -> FrameworkControllerRoleConfig:
+        if self.private_registry_auth_path is not None:
+            raise PydanticCustomError(
+                "unsupported", "privateRegistryAuthPath is not supported by nnix",
+                {"hint": "kubectl create secret docker-registry ... in the namespace"})
+        return self
+
+
+class FrameworkControllerConfig(_K8sCommon):
+    """``platform: frameworkcontroller`` (NNI): environments are FrameworkController ``Framework`` objects.
+    Task 0 of the first task role runs the nnix agent and so the trials; the other tasks run their command."""
+
+    platform: Literal["frameworkcontroller"]
+    service_account_name: K8sName | None = None
+    task_roles: Annotated[list[FrameworkControllerRoleConfig], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _unique(self) -> FrameworkControllerConfig:
+        names = [r.name for r in self.task_roles]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise PydanticCustomError("roles", "task role names must be unique: {dup}",
+                                      {"dup": ", ".join(dup), "hint": "rename one"})
+        return self
+
+
+# --- platform: openpai (owned by the OpenPAI module) ----------------------------------------------
 
 
 class OpenpaiConfig(ClusterCommonConfig):

@@ -504,6 +504,17 @@ _V1_PAI_CONFIG = {
     "cpunum": "trialCpuNumber",
     "memorymb": "trialMemorySize",
 }
+_V1_ROLE = {"gpunum": "gpuNumber", "cpunum": "cpuNumber", "memorymb": "memorySize", "image": "dockerImage",
+            "tasknum": "taskNumber"}
+_V1_K8S_STORAGE = {  # kubeflowConfig / frameworkcontrollerConfig storage keys -> storage fields
+    "storage": {},
+    "localmountpoint": {},  # nnix: where the manager sees the storage
+    "containermountpoint": {},
+    "nfs": {"server": "server", "path": "path"},
+    "keyvault": {"vaultname": "keyVaultName", "name": "keyVaultKey"},
+    "azurestorage": {"accountname": "azureAccount", "azureshare": "azureShare"},
+    "pvc": {"path": "path"},
+}
 # Defaults for paths of fields the user did not write (e.g. "missing required field").
 _V1_DEFAULT_ORIGINS: KeyMap = {
     ("trialCommand",): ("trial", "command"),
@@ -593,6 +604,7 @@ class _V1:
                     self.section(n, key, value)
             else:
                 self.unknown((key,), _V1_TOP_KEYS)
+        self.finish()
         return self.out
 
     def trial(self, key: str, value: Any, platform: Any) -> None:
@@ -611,8 +623,33 @@ class _V1:
                 self.unknown((key, k), ["command", "codeDir", "gpuNum", "nasMode"])
             elif n in ("privateregistryauthpath",):
                 self.drop((key, k))
+            elif platform == "kubeflow" and n in ("worker", "ps", "master") and isinstance(v, Mapping):
+                self.role(("trainingService", n), v, (key, k))
+            elif platform == "frameworkcontroller" and n == "taskroles" and isinstance(v, list):
+                self.origins[("trainingService", "taskRoles")] = (key, k)
+                self.out["trainingService"]["taskRoles"] = [{} for _ in v]
+                for i, role in enumerate(v):
+                    if self.mapping(role, (key, k, i), "{name: worker, taskNum: 1, command: python3 main.py}"):
+                        self.role(("trainingService", "taskRoles", i), role, (key, k, i))
             else:  # the platform's own trial fields: kept for its schema
                 self.put(("trainingService", str(k)), v, (key, k))
+
+    def role(self, v2: Loc, value: Mapping[Any, Any], v1: Loc) -> None:
+        """A kubeflow / frameworkcontroller role (``gpuNum`` -> ``gpuNumber``...)."""
+        self.origins[v2] = v1
+        target: Any = self.out
+        for part in v2:
+            target = target.setdefault(part, {}) if isinstance(target, dict) else target[part]
+        for k, v in value.items():
+            n = norm_key(str(k))
+            if n == "privateregistryauthpath":
+                self.drop((*v1, k))
+            elif n == "frameworkattemptcompletionpolicy" and isinstance(v, Mapping):
+                policy = {("minSucceedTaskCount" if norm_key(str(pk)) == "minsucceededtaskcount" else pk): pv
+                          for pk, pv in v.items()}
+                self.put((*v2, "frameworkAttemptCompletionPolicy"), policy, (*v1, k))
+            else:
+                self.put((*v2, _V1_ROLE.get(n, str(k))), v, (*v1, k))
 
     def algorithm(self, kind: str, key: str, value: Any) -> None:
         if value is None:
@@ -717,12 +754,54 @@ class _V1:
                 n == "paiconfig" and m in ("maxtrialnumpergpu", "useactivegpu")
             ):
                 self.drop(loc)
+            elif n in ("kubeflowconfig", "frameworkcontrollerconfig") and m in _V1_K8S_STORAGE:
+                self.k8s_storage(m, v, loc)
+            elif n in ("kubeflowconfig", "frameworkcontrollerconfig") and m == "configpath":
+                self.issues.append(FieldIssue(format_path(loc), "a Framework template (configPath) is not supported",
+                                              "describe the task roles in trial.taskRoles"))
             elif m == "reuse":
                 self.put(("trainingService", "reuseMode"), v, loc)
             elif m == "maxtrialnumpergpu":
                 self.put(("trainingService", "maxTrialNumberPerGpu"), v, loc)
             else:  # the platform's own fields: kept for its schema
                 self.put(("trainingService", str(k)), v, loc)
+
+
+    def k8s_storage(self, m: str, value: Any, loc: Loc) -> None:
+        base = ("trainingService", "storage")
+        self.origins.setdefault(base, loc)
+        if m in ("storage", "localmountpoint", "containermountpoint"):
+            name = {"storage": "storageType", "localmountpoint": "localMountPoint",
+                    "containermountpoint": "containerMountPoint"}[m]
+            self.put((*base, name), value, loc)
+            return
+        if not self.mapping(value, loc, "nfs: {server: 10.0.0.5, path: /export}"):
+            return
+        for k, v in value.items():
+            field_name = _V1_K8S_STORAGE[m].get(norm_key(str(k)))
+            if field_name is None:
+                self.unknown((*loc, k), list(_V1_K8S_STORAGE[m]))
+            else:
+                self.put((*base, field_name), v, (*loc, k))
+
+    def finish(self) -> None:
+        """NNI's converter: a kubeflow / frameworkcontroller config without ``trial.command`` runs the primary
+        role's command (frameworkcontroller: the last task role's)."""
+        ts = self.out.get("trainingService") or {}
+        if "trialCommand" in self.out or not isinstance(ts, dict):
+            return
+        command, origin = None, None
+        if ts.get("platform") == "kubeflow":
+            role = "master" if ts.get("operator") == "pytorch-operator" else "worker"
+            if isinstance(ts.get(role), dict):
+                command, origin = ts[role].get("command"), self.origins.get(("trainingService", role, "command"))
+        elif ts.get("platform") == "frameworkcontroller" and isinstance(ts.get("taskRoles"), list) and ts["taskRoles"]:
+            last = len(ts["taskRoles"]) - 1
+            if isinstance(ts["taskRoles"][last], dict):
+                command = ts["taskRoles"][last].get("command")
+                origin = self.origins.get(("trainingService", "taskRoles", last, "command"))
+        if command:
+            self.put(("trialCommand",), command, origin or ("trial",))
 
 
 def is_v1(data: Mapping[str, Any]) -> bool:

@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import shlex
-import tarfile
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -47,7 +46,7 @@ from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
-from nnix.services.packing import build_wheels, pack_code
+from nnix.services.packing import shared_bootstrap, stage_shared
 
 if TYPE_CHECKING:
     from nnix.config import ExperimentConfig, OpenpaiConfig
@@ -64,16 +63,6 @@ _STATES = {
     "STOPPED": ("ended", True),
     "STOPPING": ("ended", True),
 }
-
-# nnix's wheels unpacked into <dir>/site once; jobs starting together race safely (unpack aside, rename)
-_UNPACK = ("import os, shutil, sys, tempfile, zipfile\n"
-           "site = sys.argv[1]\n"
-           "if not os.path.isdir(site):\n"
-           "    tmp = tempfile.mkdtemp(dir=os.path.dirname(site), prefix='.site-')\n"
-           "    for w in sys.argv[2:]:\n        zipfile.ZipFile(w).extractall(tmp)\n"
-           "    try:\n        os.rename(tmp, site)\n"
-           "    except OSError:\n        shutil.rmtree(tmp)\n")
-
 
 def _q(s: str) -> str:
     return shlex.quote(s)
@@ -138,29 +127,17 @@ class OpenpaiLauncher:
         await asyncio.to_thread(self._stage)
 
     def _stage(self) -> None:
-        (self.local / "envs").mkdir(parents=True, exist_ok=True)
-        (self.local / "trials").mkdir(parents=True, exist_ok=True)
-        wheels, _ = build_wheels(self.local / "wheels")
-        self._wheels = [w.name for w in wheels]
-        code = self.local / "code"
-        if not code.is_dir():
-            archive = pack_code(self.code_dir, self.local / "code.tar.gz")
-            tmp = self.local / "code.tmp"
-            tmp.mkdir(exist_ok=True)
-            with tarfile.open(archive.path) as tar:
-                tar.extractall(tmp, filter="data")
-            tmp.rename(code)
-            archive.path.unlink(missing_ok=True)
+        self._wheels = stage_shared(self.local, self.code_dir)
 
     def agent_command(self, request: EnvRequest) -> str:
         d = self.remote
         env_dir = f"{d}/envs/{request.env_id}"
-        wheels = " ".join(_q(f"{d}/wheels/{w}") for w in self._wheels)
+        unpack, pythonpath = shared_bootstrap(d, self._wheels)
         args = " ".join(_q(a) for a in request.agent_args())
         return (
-            f"python3 -c {_q(_UNPACK)} {_q(d + '/site')} {wheels} && "
+            f"{unpack} && "
             f"export NNIX_AGENT_TOKEN=\"$(cat {_q(env_dir + '/token')})\" && cd {_q(d + '/code')} && "
-            f"PYTHONPATH={_q(d + '/site')}${{PYTHONPATH:+:$PYTHONPATH}} exec python3 {args} "
+            f"{pythonpath} exec python3 {args} "
             f">> {_q(env_dir + '/agent.log')} 2>&1"
         )
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from nnix import __version__
 from nnix.errors import ServiceError
 
-__all__ = ["MAX_BYTES", "MAX_FILES", "CodeArchive", "build_wheels", "pack_code"]
+__all__ = ["MAX_BYTES", "MAX_FILES", "CodeArchive", "build_wheels", "pack_code", "shared_bootstrap", "stage_shared"]
 
 MAX_FILES = 2000
 MAX_BYTES = 300 * 1024 * 1024
@@ -200,3 +200,45 @@ def build_wheels(dest_dir: Path) -> tuple[list[Path], str]:
             wheels.append(_write_wheel(dest_dir, "nvidia-ml-py", dist.version, nv_files, meta))
             digest.update(dist.version.encode())
     return wheels, digest.hexdigest()[:16]
+
+
+# --- shared storage (OpenPAI, Kubernetes): code and nnix staged where every environment mounts them ---------
+
+# nnix's wheels unpacked into <dir>/site once; environments starting together race safely (unpack aside, rename)
+_UNPACK = ("import os, shutil, sys, tempfile, zipfile\n"
+           "site = sys.argv[1]\n"
+           "if not os.path.isdir(site):\n"
+           "    tmp = tempfile.mkdtemp(dir=os.path.dirname(site), prefix='.site-')\n"
+           "    for w in sys.argv[2:]:\n        zipfile.ZipFile(w).extractall(tmp)\n"
+           "    try:\n        os.rename(tmp, site)\n"
+           "    except OSError:\n        shutil.rmtree(tmp)\n")
+
+
+def stage_shared(local: Path, code_dir: Path) -> list[str]:
+    """Put under ``local`` (a directory on storage the environments mount): ``code/`` (the trial code, honouring
+    ``.nniignore`` and the limits; once), ``wheels/`` (this nnix), and empty ``envs/`` and ``trials/``.
+    Returns the wheels' file names."""
+    (local / "envs").mkdir(parents=True, exist_ok=True)
+    (local / "trials").mkdir(parents=True, exist_ok=True)
+    wheels, _ = build_wheels(local / "wheels")
+    code = local / "code"
+    if not code.is_dir():
+        archive = pack_code(code_dir, local / "code.tar.gz")
+        tmp = local / "code.tmp"
+        tmp.mkdir(exist_ok=True)
+        with tarfile.open(archive.path) as tar:
+            tar.extractall(tmp, filter="data")
+        tmp.rename(code)
+        archive.path.unlink(missing_ok=True)
+    return [w.name for w in wheels]
+
+
+def shared_bootstrap(remote: str, wheels: list[str], python: str = "python3") -> tuple[str, str]:
+    """Shell for an environment that sees :func:`stage_shared`'s directory at ``remote``: the command that
+    unpacks nnix (once per experiment), and the ``PYTHONPATH=...`` assignment that makes it importable."""
+    import shlex
+
+    q = shlex.quote
+    site = f"{remote}/site"
+    unpack = f"{q(python)} -c {q(_UNPACK)} {q(site)} " + " ".join(q(f"{remote}/wheels/{w}") for w in wheels)
+    return unpack, f"PYTHONPATH={q(site)}${{PYTHONPATH:+:$PYTHONPATH}}"
