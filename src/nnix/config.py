@@ -713,7 +713,12 @@ def _k8s_memory(value: Any) -> Any:
         return f"{int(value)}Mi"
     if isinstance(value, str) and _K8S_QUANTITY_RE.match(value.strip()) and not value.strip().isdigit():
         return value.strip()
-    return f"{_memory_mb(value)}Mi"
+    try:
+        return f"{_memory_mb(value)}Mi"
+    except PydanticCustomError:
+        raise PydanticCustomError("k8s_memory", "{value} is not a memory size",
+                                  {"value": repr(value), "hint": "e.g. 4Gi, 512Mi (Kubernetes), 8gb, or MB as a number"}
+                                  ) from None
 
 
 K8sName = Annotated[str, AfterValidator(_k8s_name)]

@@ -651,6 +651,13 @@ class KubeLauncher:
                 log.warning("could not delete %s %s: %s", r.kind, name, e.reason)
         with contextlib.suppress(Exception):
             self._core().delete_namespaced_secret(f"{name}-token", self.namespace)
+        # the pods too, by their labels: the garbage collector would delete them with their owner, but only once
+        # it knows the owner's resource (CRDs: up to its next discovery sync), and never if an operator is gone
+        prefix = self.object_name("")
+        if name.startswith(prefix):
+            with contextlib.suppress(Exception):
+                self._core().delete_collection_namespaced_pod(
+                    self.namespace, label_selector=f"{EXP_LABEL}={self.exp},{ENV_LABEL}={name[len(prefix):]}")
 
     async def stop(self, handle: str) -> None:
         await asyncio.to_thread(self._delete, handle)

@@ -148,7 +148,7 @@ class KubeLab:
         self.stop()
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115
+        log = open(self.root / f"{name}.log", "wb")
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.procs.append((name, p))
 
@@ -238,13 +238,13 @@ class KubeLab:
     def apply_crds(self) -> None:
         from kubernetes import client
 
-        ext = client.ApiextensionsV1Api(self.api())
+        ext: Any = client.ApiextensionsV1Api(self.api())
         for crd in CRDS.values():
             with contextlib.suppress(client.ApiException):
                 ext.create_custom_resource_definition(crd)
         for crd in CRDS.values():
             name = crd["metadata"]["name"]
-            self._wait(f"CRD {name}", lambda n=name: any(  # type: ignore[misc]
+            self._wait(f"CRD {name}", lambda n=name: any(
                 c.type == "Established" and c.status == "True"
                 for c in ext.read_custom_resource_definition(n).status.conditions or []))
 
@@ -268,7 +268,7 @@ class KubeLab:
     def api(self) -> Any:
         from kubernetes import config
 
-        return config.new_client_from_config(str(self.kubeconfig))
+        return config.new_client_from_config(str(self.kubeconfig))  # type: ignore[no-untyped-call]
 
     def core(self) -> Any:
         from kubernetes import client
@@ -368,10 +368,10 @@ class FakeOperators:
         pods = self._pods(name)
         phases = {p.metadata.name: (p.status.phase or "Pending") for p in pods}
         primary = f"{name}-{self._primary_suffix(plural, obj)}"
-        prim = next((p for p in pods if p.metadata.name == primary), None)
+        prim: Any = next((p for p in pods if p.metadata.name == primary), None)
         running = any(ph == "Running" for ph in phases.values())
         ended = prim is not None and phases.get(primary) in ("Succeeded", "Failed")
-        failed_pod = next((p for p in pods if phases[p.metadata.name] == "Failed"), None)
+        failed_pod: Any = next((p for p in pods if phases[p.metadata.name] == "Failed"), None)
         if plural == "frameworks":
             state = status.get("state")
             if ended or failed_pod is not None:

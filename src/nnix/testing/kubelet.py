@@ -7,7 +7,8 @@ being deleted has its process group killed (SIGTERM, SIGKILL after the grace per
 No images, volumes, probes or limits: every pod runs on this machine, with this machine's file system. What this
 tests is the API work of a training service (objects, watches, statuses, cancellation, cleanup).
 
-Run: ``python -m nnix.testing.kubelet`` with ``KUBECONFIG`` and ``NODE_NAME`` set (see :class:`nnix.testing.kube.KubeLab`).
+Run: ``python -m nnix.testing.kubelet`` with ``KUBECONFIG`` and ``NODE_NAME`` set
+(see :class:`nnix.testing.kube.KubeLab`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ def _now() -> datetime.datetime:
 
 
 def main() -> None:  # pragma: no cover - runs as its own process in the tests
-    from kubernetes import client, config, watch
+    import importlib
+
+    # the client's stubs type its models strictly; this fake speaks raw dicts to it
+    client: Any = importlib.import_module("kubernetes.client")
+    config: Any = importlib.import_module("kubernetes.config")
+    watch: Any = importlib.import_module("kubernetes.watch")
 
     config.load_kube_config(os.environ.get("KUBECONFIG"))
     v1 = client.CoreV1Api()
@@ -118,7 +124,7 @@ def main() -> None:  # pragma: no cover - runs as its own process in the tests
         started = _now()
         try:
             env = env_of(pod)
-            log = open(f"{LOGDIR}/{key[0]}_{key[1]}.log", "wb")  # noqa: SIM115
+            log = open(f"{LOGDIR}/{key[0]}_{key[1]}.log", "wb")
             p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                  cwd=c.working_dir or None)
         except Exception as e:

@@ -327,40 +327,61 @@ class _Encoding:
 
 
 class _EncodedHistory:
-    """The encoded rows of a history's parameter sets, extended incrementally while the history grows.
+    """Per-record facts of a history, extended incrementally while the history grows: the encoded rows
+    of the parameter sets, the values (NaN for none) and which records are pending.
 
-    A row depends on the parameter set alone, so the cache is kept while the sets of the previous call
-    are a prefix of the new ones (the same objects, or equal ones).
+    All is kept while the records of the previous call are a prefix of the new ones (the same objects;
+    records are frozen). Otherwise values and statuses are read again, and the rows, which depend on
+    the parameter set alone, are kept while the previous sets are a prefix of the new ones (the same
+    objects, or equal ones).
     """
 
     def __init__(self) -> None:
         self.encoding: _Encoding | None = None
-        self._params: list[Any] = []
+        self._records: tuple[TrialRecord, ...] = ()
         self._rows: Array = np.empty((0, 0))
+        self._values: Array = np.empty(0)
+        self._pending: BoolArray = np.empty(0, dtype=bool)
 
-    def rows(self, enc: _Encoding, history: Sequence[TrialRecord]) -> Array:
-        params = [r.params for r in history]
-        n_old = len(self._params)
-        keep = (
-            self.encoding is enc
-            and len(params) >= n_old
-            and (
-                all(map(operator.is_, params[:n_old], self._params))
-                or all(a == b for a, b in zip(params[:n_old], self._params, strict=True))
+    def update(self, enc: _Encoding, history: Sequence[TrialRecord]) -> tuple[Array, Array, BoolArray]:
+        """(rows, values, pending) of ``history``: views, to be read only, valid until the next call."""
+        records = history if isinstance(history, tuple) else tuple(history)
+        n, n_old = len(records), len(self._records)
+        n_rows = n_facts = n_old
+        if not (self.encoding is enc and n >= n_old and all(map(operator.is_, records, self._records))):
+            n_facts = 0
+            params = [r.params for r in records[:n_old]]
+            old = [r.params for r in self._records]
+            keep_rows = (
+                self.encoding is enc
+                and n >= n_old
+                and (all(map(operator.is_, params, old)) or all(a == b for a, b in zip(params, old, strict=True)))
             )
-        )
-        if not keep:
-            self.encoding, self._params = enc, []
-            self._rows = np.empty((max(64, len(params)), enc.width))
-            n_old = 0
-        if len(params) > self._rows.shape[0]:
-            grown = np.empty((max(2 * self._rows.shape[0], len(params)), enc.width))
-            grown[:n_old] = self._rows[:n_old]
-            self._rows = grown
-        for i in range(n_old, len(params)):
-            self._rows[i] = enc.encode(params[i])
-        self._params = params
-        return self._rows[: len(params)]
+            if not keep_rows:
+                self.encoding, n_rows = enc, 0
+                self._rows = np.empty((max(64, n), enc.width))
+                self._values = np.empty(self._rows.shape[0])
+                self._pending = np.empty(self._rows.shape[0], dtype=bool)
+        if n > self._rows.shape[0]:
+            cap = max(2 * self._rows.shape[0], n)
+            self._rows = _grown(self._rows, n_rows, cap)
+            self._values = _grown(self._values, n_facts, cap)
+            self._pending = _grown(self._pending, n_facts, cap)
+        for i in range(n_rows, n):
+            self._rows[i] = enc.encode(records[i].params)
+        if n_facts < n:
+            fresh = records[n_facts:]
+            self._values[n_facts:n] = np.array([r.value for r in fresh], dtype=float)  # None -> NaN
+            self._pending[n_facts:n] = [r.status in _PENDING for r in fresh]
+        self._records = records
+        return self._rows[:n], self._values[:n], self._pending[:n]
+
+
+def _grown(a: NDArray[Any], n_keep: int, cap: int) -> NDArray[Any]:
+    """``a`` with room for ``cap`` entries along axis 0, of which the first ``n_keep`` are kept."""
+    out: NDArray[Any] = np.empty((cap, *a.shape[1:]), dtype=a.dtype)
+    out[:n_keep] = a[:n_keep]
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -400,7 +421,9 @@ def _logsumexp_rows(a: Array) -> Array:
     m = a.max(axis=1)
     m = np.where(np.isfinite(m), m, 0.0)
     a -= m[:, None]
-    np.maximum(a, -60.0, out=a)  # exp of far-negative values is slow (subnormals) and contributes nothing
+    # exp of far-negative values is slow (subnormals) and contributes nothing (a row of bounds: much
+    # faster than a scalar bound)
+    np.maximum(a, np.full(a.shape[1], -60.0), out=a)
     np.exp(a, out=a)
     out: Array = np.log(a.sum(axis=1)) + m
     return out
@@ -413,24 +436,82 @@ def _forgetting_weights(n: int, lf: int) -> Array:
     return np.concatenate([np.linspace(1.0 / n, 1.0, num=n - lf), np.ones(lf)])
 
 
-def _gap_sigmas(z: Array, with_prior: bool, floor: float) -> Array:
-    """Adaptive bandwidths, column by column (normalised units, the prior is ``N(0, 1)``).
+def _smallest(a: Array, k: int) -> BoolArray:
+    """Which entries of ``a`` are its ``k`` smallest, ties going to the earliest (a stable sort's first ``k``)."""
+    if k >= a.size:
+        return np.ones(a.size, dtype=bool)
+    if k <= 0:
+        return np.zeros(a.size, dtype=bool)
+    kth = np.partition(a, k - 1)[k - 1]
+    mask: BoolArray = a < kth
+    mask[np.flatnonzero(a == kth)[: k - int(np.count_nonzero(mask))]] = True
+    return mask
 
-    Each observation's kernel is as wide as the larger gap to its sorted neighbours (the prior centre
-    counts as a neighbour if ``with_prior``), clipped to ``[floor, 1]``; one more row, for the prior
-    kernel, holds 1.
+
+class _Scratch:
+    """Work arrays reused from call to call, for the large temporaries of a proposal (the bad mixture).
+
+    Fresh large arrays are slow: each is new memory, paged in again on every call. Nothing is carried
+    from one use to the next: an array handed out is written in full before it is read.
     """
-    m, width = z.shape
-    points = np.vstack([z, np.zeros((1, width))]) if with_prior else z
-    sig = np.ones((m, width))
-    if points.shape[0] >= 2:
-        order = np.argsort(points, axis=0)
-        gaps = np.diff(np.take_along_axis(points, order, axis=0), axis=0)
-        widest = np.maximum(np.vstack([gaps[:1], gaps]), np.vstack([gaps, gaps[-1:]]))
-        by_point = np.empty_like(points)
-        np.put_along_axis(by_point, order, widest, axis=0)
-        sig = by_point[:m]
-    return np.vstack([np.clip(sig, floor, 1.0), np.ones((1, width))])
+
+    def __init__(self) -> None:
+        self._bufs: dict[str, Array] = {}
+
+    def get(self, name: str, rows: int, cols: int) -> Array:
+        """An uninitialised ``rows x cols`` array, valid until ``name`` is asked for again."""
+        size = rows * cols
+        buf = self._bufs.get(name)
+        if buf is None or buf.size < size:
+            buf = np.empty(size + size // 4 + 64)  # room to grow with the history
+            self._bufs[name] = buf
+        return buf[:size].reshape(rows, cols)
+
+
+def _gap_sigmas(mu: Array, n_points: int, floor: float, out: Array) -> None:
+    """Adaptive bandwidths of the kernels centred at ``mu`` into ``out`` (one row per dimension, a
+    column per kernel, the prior's last; normalised units, the prior is ``N(0, 1)``).
+
+    The first ``n_points`` centres are the neighbours: the observations, and the prior centre too when
+    it counts as one. Each observation's kernel is as wide as the larger gap to its sorted neighbours,
+    clipped to ``[floor, 1]``; the prior kernel's width is 1.
+    """
+    n_obs = mu.shape[1] - 1
+    points = mu[:, :n_points]
+    if n_points < 2:
+        out[:, :n_obs] = 1.0
+    elif n_points < 256:  # short rows: all at once
+        order = np.argsort(points, axis=1)
+        widest = np.take_along_axis(points, order, axis=1)
+        gaps = np.diff(widest, axis=1)
+        widest[:, 0], widest[:, -1] = gaps[:, 0], gaps[:, -1]
+        np.maximum(gaps[:, :-1], gaps[:, 1:], out=widest[:, 1:-1])
+        np.put_along_axis(out, order, widest, axis=1)
+    else:  # long rows: one at a time, with smaller temporaries
+        for row, dest in zip(points, out, strict=True):
+            order = np.argsort(row)
+            gaps = np.diff(row[order])
+            dest[order[0]], dest[order[-1]] = gaps[0], gaps[-1]
+            dest[order[1:-1]] = np.maximum(gaps[:-1], gaps[1:])
+    np.clip(out, floor, 1.0, out=out)
+    out[:, n_obs] = 1.0
+
+
+def _log_mass(block: _Block, mu: Array, sig: Array, scratch: _Scratch, tag: str) -> Array:
+    """Per kernel (column), the sum over the bounded dims of the log of its mass within the bounds."""
+    b = block.bounded
+    if not b.all():
+        mu, sig = mu[b], sig[b]
+    rows, n = mu.shape
+    up = np.subtract(block.hi[b][:, None], mu, out=scratch.get(tag + "up", rows, n))
+    up /= sig
+    down = np.subtract(block.lo[b][:, None], mu, out=scratch.get(tag + "down", rows, n))
+    down /= sig
+    # a bound far from the kernel leaves a mass of exactly 1, whose log adds nothing
+    near = np.flatnonzero((up < 8.5) | (down > -8.5))
+    mass = _ndtr_upper(up.ravel()[near]) - _ndtr_lower(down.ravel()[near])
+    out: Array = np.asarray(np.bincount(near % n, weights=np.log(np.maximum(mass, 1e-300)), minlength=n), float)
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -467,29 +548,46 @@ class _Block:
 
 
 class _Mixture:
-    """A Parzen mixture over one block: a kernel per observation (weighted), plus the prior kernel."""
+    """A Parzen mixture over one block: a kernel per observation (weighted), plus the prior kernel.
 
-    def __init__(self, block: _Block, obs: Array, weights: Array, s: TpeSettings, n_all: int) -> None:
+    Numeric kernels are stored one row per dimension, a column per kernel (the prior's last); the
+    arrays live in ``scratch`` under ``tag``, so they are valid until the next mixture of that tag.
+    """
+
+    def __init__(
+        self, block: _Block, obs: Array, weights: Array, s: TpeSettings, n_all: int, scratch: _Scratch, tag: str
+    ) -> None:
         self.block = block
-        m = obs.shape[0]
+        self._scratch, self._tag = scratch, tag
+        m, d = obs.shape[0], block.num.size
         w = np.append(weights, s.prior_weight)
         self.p = w / w.sum()
         self.n = m + 1
         base = np.log(self.p)
         # numeric dims: truncated normal kernels, evaluated as one quadratic form per candidate
-        z = (obs[:, block.num] - block.centre) / block.scale
-        self.mu = np.vstack([z, np.zeros((1, block.num.size))])
+        self.mu = mu = scratch.get(tag + "mu", d, m + 1)
+        np.subtract((obs[:, block.num] if block.cat else obs).T, block.centre[:, None], out=mu[:, :m])
+        np.divide(mu[:, :m], block.scale[:, None], out=mu[:, :m])
+        mu[:, m] = 0.0
         floor = 1.0 / min(100.0, (n_all if s.clip_by_all else m) + 2.0)
-        self.sig = _gap_sigmas(z, s.prior_in_gaps, floor)
-        base -= np.log(self.sig).sum(axis=1) + block.num.size * _HALF_LOG_2PI
+        self.sig = sig = scratch.get(tag + "sig", d, m + 1)
+        _gap_sigmas(mu, m + 1 if s.prior_in_gaps else m, floor, sig)
+        tmp = scratch.get(tag + "tmp", d, m + 1)
+        base -= np.log(sig, out=tmp).sum(axis=0) + d * _HALF_LOG_2PI
         if block.bounded.any():
-            mu, sig = self.mu[:, block.bounded], self.sig[:, block.bounded]
-            mass = _ndtr_upper((block.hi[block.bounded] - mu) / sig) - _ndtr_lower((block.lo[block.bounded] - mu) / sig)
-            base -= np.log(np.maximum(mass, 1e-300)).sum(axis=1)
+            base -= _log_mass(block, mu, sig, scratch, tag)
         # log kernel density at x = base - sum(a * (x - mu)**2) = [x*x, x, 1] . [-a, 2*a*mu, base - sum(a*mu*mu)]
-        a = 0.5 / (self.sig * self.sig)
-        base -= (self.mu * self.mu * a).sum(axis=1)
-        self.coef = np.hstack([-a, 2.0 * a * self.mu, base[:, None]]).T.copy()
+        self.coef = coef = scratch.get(tag + "coef", 2 * d + 1, m + 1)
+        a, two_a_mu = coef[:d], coef[d : 2 * d]
+        np.multiply(sig, sig, out=a)
+        np.divide(0.5, a, out=a)
+        np.multiply(mu, mu, out=tmp)
+        tmp *= a
+        base -= tmp.sum(axis=0)
+        np.multiply(a, 2.0, out=two_a_mu)
+        two_a_mu *= mu
+        np.negative(a, out=a)
+        coef[2 * d] = base
         # categorical dims: an observation keeps its option with weight 1 and spreads prior_weight over all
         pw = s.prior_weight
         self.own: list[Array] = []
@@ -506,7 +604,7 @@ class _Mixture:
         """``count`` draws: (normalised numeric values, category indices), one row per draw."""
         b = self.block
         idx = rng.choice(self.n, size=count, p=self.p)
-        mu, sig = self.mu[idx], self.sig[idx]
+        mu, sig = self.mu[:, idx].T, self.sig[:, idx].T
         x = mu + sig * rng.standard_normal(mu.shape)
         if b.bounded.any():
             for _ in range(_TRUNC_TRIES):
@@ -525,12 +623,17 @@ class _Mixture:
 
     def log_pdf(self, x: Array, cats: Array) -> Array:
         """Log density of each draw (normalised units: the same Jacobian for every mixture)."""
-        acc: Array = np.hstack([x * x, x, np.ones((x.shape[0], 1))]) @ self.coef
-        for c in range(len(self.block.cat)):
-            log_own, log_other, log_prior = self.cat_log[c]
-            term = np.where(cats[:, c, None] == self.own[c][None, :], log_own, log_other)
-            term[:, -1] = log_prior
-            acc += term
+        count, tag = x.shape[0], self._tag
+        feats = np.hstack([x * x, x, np.ones((count, 1))])
+        acc = np.matmul(feats, self.coef, out=self._scratch.get(tag + "acc", count, self.n))
+        if self.block.cat:
+            term = self._scratch.get(tag + "term", count, self.n)
+            for c in range(len(self.block.cat)):
+                log_own, log_other, log_prior = self.cat_log[c]
+                term.fill(log_other)
+                np.copyto(term, log_own, where=cats[:, c, None] == self.own[c][None, :])
+                term[:, -1] = log_prior
+                acc += term
         return _logsumexp_rows(acc)
 
 
@@ -555,6 +658,7 @@ class TpeTuner:
         self._seed_override = self.args.seed
         self._encoding: _Encoding | None = None
         self._history = _EncodedHistory()
+        self._scratch = _Scratch()
         self._dedup = Deduplicator()
 
     def _encoding_for(self, space: SearchSpace) -> _Encoding:
@@ -569,19 +673,18 @@ class TpeTuner:
             return []
         seed = self._seed_override if self._seed_override is not None else ctx.seed
         enc = self._encoding_for(ctx.space)
-        rows = self._history.rows(enc, ctx.history)
-        history = ctx.history
+        rows, raw, pending = self._history.update(enc, ctx.history)
         sign = 1.0 if ctx.direction is Direction.MINIMIZE else -1.0
-        values = sign * np.array([r.value for r in history], dtype=float)  # None -> NaN
+        values = sign * raw
         real_all = np.isfinite(values)
         liar = self._liar_value(values[real_all])
-        keep = real_all
-        if liar is not None:
-            keep = real_all | np.array(list(map(_PENDING.__contains__, [r.status for r in history])), dtype=bool)
-        idx = np.flatnonzero(keep)  # history order: linear forgetting weighs by age
-        obs_rows = rows[idx]
-        real = real_all[idx]
-        obs_loss = np.where(real, values[idx], liar if liar is not None else 0.0)
+        keep = real_all | pending if liar is not None else real_all
+        if keep.all():
+            obs_rows, real = rows, real_all
+        else:
+            idx = np.flatnonzero(keep)  # history order: linear forgetting weighs by age
+            obs_rows, real, values = rows[idx], real_all[idx], values[idx]
+        obs_loss = np.where(real, values, liar if liar is not None else 0.0)
 
         self._dedup.begin(ctx)
         out: list[Params] = []
@@ -625,9 +728,7 @@ class TpeTuner:
         loss: Array,
         real: BoolArray,
     ) -> Params | None:
-        n_good = self.settings.n_good(loss.size)
-        good = np.zeros(loss.size, dtype=bool)
-        good[np.argsort(loss, kind="stable")[:n_good]] = True
+        good = _smallest(loss, self.settings.n_good(loss.size))
         data = _Data(rows, loss, real, good)
         for stream in range(1 + _REDRAWS):
             rng = rng_for(seed, pid, stream)
@@ -650,7 +751,8 @@ class TpeTuner:
         if not dims:
             return
         s = self.settings
-        values = data.rows[:, [d.col for d in dims]]
+        cols = [d.col for d in dims]
+        values = data.rows if cols == list(range(data.rows.shape[1])) else data.rows[:, cols]
         members = active & ~np.isnan(values).any(axis=1)
         n_members = int(np.count_nonzero(members))
         if int(np.count_nonzero(members & data.real)) < max(s.n_startup, 1):
@@ -659,12 +761,14 @@ class TpeTuner:
         else:
             good = members & data.good
             bad = members & ~data.good
+            n_bad = int(np.count_nonzero(bad))
             w_good = _forgetting_weights(int(np.count_nonzero(good)), s.linear_forgetting)
-            w_bad = _forgetting_weights(int(np.count_nonzero(bad)), s.linear_forgetting)
+            w_bad = _forgetting_weights(n_bad, s.linear_forgetting)
             for positions, block in enc.blocks(group, s.multivariate):
-                obs = values[:, positions]
-                l_mix = _Mixture(block, obs[good], w_good, s, n_members)
-                g_mix = _Mixture(block, obs[bad], w_bad, s, n_members)
+                obs = values if len(positions) == values.shape[1] else values[:, positions]
+                bad_obs = np.compress(bad, obs, axis=0, out=self._scratch.get("bad", n_bad, obs.shape[1]))
+                l_mix = _Mixture(block, obs[good], w_good, s, n_members, self._scratch, "l")
+                g_mix = _Mixture(block, bad_obs, w_bad, s, n_members, self._scratch, "g")
                 x, cats = l_mix.sample(rng, s.n_candidates)
                 score = l_mix.log_pdf(x, cats) - g_mix.log_pdf(x, cats)
                 best = int(np.argmax(score))
