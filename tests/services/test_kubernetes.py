@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,14 +32,14 @@ from nnix.services.kubernetes import (
     job_state,
     kubeflow_state,
 )
-from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.experiments import make_experiment, manager_for, run_experiment
 from nnix.testing.kube import FakeOperators, KubeLab, kube_available
 
 SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.3, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
 TRIAL = """import nni, os, time
 p = nni.get_next_parameter()
-for i in range(3):
+for i in range(int(os.environ.get("STEPS", "3"))):
     nni.report_intermediate_result(p["x"] * i)
     time.sleep(float(os.environ.get("STEP_S", "0")))
 print("ran in pod", os.environ.get("POD_NAME"), "platform", os.environ.get("NNI_PLATFORM"))
@@ -305,6 +306,12 @@ def test_job_object_token_resources_and_cleanup(tmp_path: Path, kube_lab: KubeLa
         "labels": {"team": "hpo"}}, gpus=1)
 
     async def go() -> None:
+        try:
+            await check()
+        finally:
+            await launcher.close()
+
+    async def check() -> None:
         await launcher.prepare()
         req = EnvRequest("e1-abc", True, "http://127.0.0.1:1", "s3cret-token")
         name = await launcher.launch(req)
@@ -329,7 +336,6 @@ def test_job_object_token_resources_and_cleanup(tmp_path: Path, kube_lab: KubeLa
         assert st.state == "pending" and "node" in st.reason.lower(), st
         await launcher.stop(name)
         _wait(lambda: not _objects(kube_lab, launcher.exp), 30)
-        await launcher.close()
 
     asyncio.run(go())
 
@@ -403,11 +409,11 @@ def test_status_transitions_as_the_operators_patch_them(tmp_path: Path, kube_lab
     fc = _launcher(FrameworkLauncher, tmp_path / "fc",
                    {"platform": "frameworkcontroller", "taskRoles": [{"name": "worker", "command": "x"}]})
 
-    async def poll(launcher: KubeLauncher, name: str, want: str) -> Any:
+    async def poll(launcher: KubeLauncher, name: str, want: str, reason: str = "") -> Any:
         deadline = time.monotonic() + 10
-        while True:
+        while True:  # until the watch has seen the patch
             st = (await launcher.poll([name]))[name]
-            if st.state == want or time.monotonic() > deadline:
+            if (st.state == want and st.reason.startswith(reason)) or time.monotonic() > deadline:
                 return st
             await asyncio.sleep(0.1)
 
@@ -415,11 +421,18 @@ def test_status_transitions_as_the_operators_patch_them(tmp_path: Path, kube_lab
         return {"type": kind, "status": "True", "reason": reason, "message": f"{kind} now"}
 
     async def go() -> None:
+        try:
+            await transitions()
+        finally:
+            await tf.close()
+            await fc.close()
+
+    async def transitions() -> None:
         await tf.prepare()
         name = await tf.launch(EnvRequest("e7", False, "http://h:1", "t"))
         assert (await poll(tf, name, "pending")).state == "pending"
         ops.patch_status("tfjobs", name, {"conditions": [cond("Created", "TFJobCreated")]})
-        assert (await poll(tf, name, "pending")).reason.startswith("Created")
+        assert (await poll(tf, name, "pending", "Created")).reason.startswith("Created")
         ops.patch_status("tfjobs", name, {"conditions": [cond("Created", "TFJobCreated"),
                                                          cond("Running", "TFJobRunning")]})
         assert (await poll(tf, name, "running")).state == "running"
@@ -430,19 +443,17 @@ def test_status_transitions_as_the_operators_patch_them(tmp_path: Path, kube_lab
         assert st.state == "ended" and "TFJobFailed" in st.reason
         _wait(lambda: not _objects(kube_lab, tf.exp), 30)  # ended: deleted, with its Secret
         assert (await tf.poll([name]))[name] == st  # and its last state is still what nnix says
-        await tf.close()
 
         await fc.prepare()
         name = await fc.launch(EnvRequest("e8", False, "http://h:1", "t"))
         ops.patch_status("frameworks", name, {"state": "AttemptCreationRequested"})
-        assert (await poll(fc, name, "pending")).reason == "AttemptCreationRequested"
+        assert (await poll(fc, name, "pending", "AttemptCreationRequested")).reason == "AttemptCreationRequested"
         ops.patch_status("frameworks", name, {"state": "AttemptRunning"})
         assert (await poll(fc, name, "running")).state == "running"
         ops.patch_status("frameworks", name, {"state": "Completed", "attemptStatus": {"completionStatus": {
             "code": -220, "phrase": "FrameworkAttemptPreempted", "type": {"name": "Failed"}}}})
         st = await poll(fc, name, "ended")
         assert st.killed and "FrameworkAttemptPreempted" in st.reason
-        await fc.close()
 
     asyncio.run(go())
 
@@ -486,10 +497,49 @@ def test_a_job_deleted_outside_nnix_fails_its_trial_with_the_reason(tmp_path: Pa
         for j in batch.list_namespaced_job("default", label_selector=f"nnix.io/experiment={exp_id}").items:
             batch.delete_namespaced_job(j.metadata.name, "default", propagation_policy="Background")
 
-    import threading
-
     threading.Thread(target=delete_when_running, daemon=True).start()
     st = run_experiment(exp_dir, timeout=120, **FAST)
     (t,) = st.trials.values()
     assert t.status is TrialStatus.FAILED
     assert "deleted outside nnix" in (t.message or ""), t.message
+
+
+def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, kube_lab: KubeLab) -> None:
+    from kubernetes import client
+
+    exp_id, exp_dir, _ = _experiment(tmp_path, {"platform": "kubernetes"}, trials=2, concurrency=2,
+                                     command="STEPS=40 STEP_S=0.1 python3 trial.py")
+    manager = manager_for(exp_dir, **FAST)
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(manager.run("create"))
+
+    def run() -> None:
+        try:
+            loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            manager.store.close()
+            loop.close()
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    try:
+        _wait(lambda: len(st.trials) == 2 and all(t.status is TrialStatus.RUNNING and len(t.metrics) >= 3
+                                                  for t in st.trials.values())
+              if (st := read_state(exp_dir)) else False, 60)
+    finally:
+        loop.call_soon_threadsafe(task.cancel)  # the manager goes away; its Jobs keep running
+        th.join(60)
+    batch = client.BatchV1Api(kube_lab.api())
+    sel = f"nnix.io/experiment={exp_id}"
+    jobs = {j.metadata.name for j in batch.list_namespaced_job("default", label_selector=sel).items}
+    saved = json.loads((exp_dir / "cluster.json").read_text())
+    assert jobs == {e["handle"] for e in saved["envs"].values()} and len(jobs) == 2
+    st = run_experiment(exp_dir, action="resume", timeout=120, **FAST)
+    assert st.status is ExperimentStatus.DONE, st.message
+    for t in st.trials.values():
+        assert t.status is TrialStatus.SUCCEEDED, t.message
+        assert [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL] == list(range(40))  # once each
+    assert {t.environment_id for t in st.trials.values()} == {e for e in saved["envs"]}  # taken over, no new Job
+    _wait(lambda: not _objects(kube_lab, exp_id), 30, lambda: _objects(kube_lab, exp_id))

@@ -1,16 +1,18 @@
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from typing import Any
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from nnix.core.status import TrialStatus
 from nnix.errors import NoMoreTrialsError
 from nnix.registry import AlgorithmRef, resolve, validate_args
-from nnix.space import SearchSpace, contains, grid, key
+from nnix.space import SearchSpace, contains, grid, key, sample
 from nnix.testing.tuners import TunerContract
 from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
 from nnix.tuners.random import RandomTuner
@@ -208,3 +210,41 @@ def test_args() -> None:
 def test_registered_names() -> None:
     assert resolve("tuner", AlgorithmRef(name="TPE")) is TpeTuner
     assert resolve("tuner", AlgorithmRef(name="TPE_legacy")) is TpeLegacyTuner
+
+
+def test_a_long_lived_tuner_proposes_what_a_fresh_one_does() -> None:
+    """The per-record cache keeps up with records replaced (a trial finishing), a history list changed
+    in place, equal but new parameter sets, and a history that is not an extension of the last one."""
+    space = SearchSpace.from_json(EVERY_TYPE)
+    rng = np.random.default_rng(0)
+    history: list[TrialRecord] = []
+    for i in range(40):
+        params = sample(space, rng)
+        if i % 5 == 4:
+            history.append(TrialRecord(i, params, TrialStatus.RUNNING))
+        else:
+            history.append(TrialRecord(i, params, TrialStatus.SUCCEEDED, float(rng.random())))
+
+    def fresh(h: list[TrialRecord]) -> list[Any]:
+        return fast_tpe().suggest(TunerContext(space, Direction.MINIMIZE, 1, tuple(h)), [100, 101])
+
+    tuner = fast_tpe()
+
+    def live(h: list[TrialRecord] | tuple[TrialRecord, ...]) -> list[Any]:
+        return tuner.suggest(TunerContext(space, Direction.MINIMIZE, 1, h), [100, 101])
+
+    for n in (10, 25, 40):
+        assert live(tuple(history[:n])) == fresh(history[:n])
+    same_list = list(history)
+    assert live(same_list) == fresh(history)
+    same_list[4] = TrialRecord(4, history[4].params, TrialStatus.SUCCEEDED, -1.0)  # a running trial finished
+    assert live(same_list) == fresh(same_list)
+    renewed = [replace_params(r, copy.deepcopy(r.params)) for r in same_list]
+    renewed[7] = TrialRecord(7, history[8].params, TrialStatus.SUCCEEDED, 0.5)  # a different parameter set
+    assert live(renewed) == fresh(renewed)
+    assert live(renewed[::-1]) == fresh(renewed[::-1])
+    assert live(renewed[:20]) == fresh(renewed[:20])
+
+
+def replace_params(record: TrialRecord, params: dict[str, Any]) -> TrialRecord:
+    return TrialRecord(record.parameter_id, params, record.status, record.value)

@@ -4,8 +4,10 @@ The algorithm (Bergstra et al., 2011): the finished trials are split by loss int
 set and the rest; each set is modelled by a Parzen mixture (one kernel per observation plus a
 prior kernel); candidates are drawn from the good mixture ``l`` and the one maximising
 ``log l(x) - log g(x)`` is proposed. Everything is recomputed from ``ctx.history`` on each call
-(the only cache is the encoding of past parameter sets, extended while the history grows), so a
-fresh tuner proposes the same. Randomness comes only from ``rng_for(seed, parameter_id)``.
+(the only cache holds per-record facts: the encoding of past parameter sets, their values and
+statuses, extended while the history grows; work arrays are reused but carry nothing from one call
+to the next), so a fresh tuner proposes the same. Randomness comes only from
+``rng_for(seed, parameter_id)``.
 
 classArgs (NNI's): ``optimize_mode`` (``minimize``), ``seed`` (overrides the experiment's seed) and
 ``tpe_args``: ``constant_liar_type`` (``best``; ``worst``, ``mean`` or null), ``n_startup_jobs``,
@@ -400,29 +402,13 @@ def _ndtr(x: Array) -> Array:
     return result
 
 
-def _ndtr_upper(x: Array) -> Array:
-    """``_ndtr`` for arguments mostly far above 0 (computed only where it differs from 1)."""
-    out = np.ones_like(x)
-    near = x < 8.5
-    out[near] = _ndtr(x[near])
-    return out
-
-
-def _ndtr_lower(x: Array) -> Array:
-    """``_ndtr`` for arguments mostly far below 0 (computed only where it differs from 0)."""
-    out = np.zeros_like(x)
-    near = x > -8.5
-    out[near] = _ndtr(x[near])
-    return out
-
-
 def _logsumexp_rows(a: Array) -> Array:
     """Row-wise log-sum-exp; consumes ``a``."""
     m = a.max(axis=1)
     m = np.where(np.isfinite(m), m, 0.0)
     a -= m[:, None]
-    # exp of far-negative values is slow (subnormals) and contributes nothing (a row of bounds: much
-    # faster than a scalar bound)
+    # exp of far-negative values is slow (subnormals) and contributes nothing; the bound is a row, as
+    # np.maximum against a scalar is several times slower
     np.maximum(a, np.full(a.shape[1], -60.0), out=a)
     np.exp(a, out=a)
     out: Array = np.log(a.sum(axis=1)) + m
@@ -493,12 +479,16 @@ def _gap_sigmas(mu: Array, n_points: int, floor: float, out: Array) -> None:
             gaps = np.diff(row[order])
             dest[order[0]], dest[order[-1]] = gaps[0], gaps[-1]
             dest[order[1:-1]] = np.maximum(gaps[:-1], gaps[1:])
-    np.clip(out, floor, 1.0, out=out)
     out[:, n_obs] = 1.0
+    np.clip(out, floor, 1.0, out=out)
 
 
 def _log_mass(block: _Block, mu: Array, sig: Array, scratch: _Scratch, tag: str) -> Array:
-    """Per kernel (column), the sum over the bounded dims of the log of its mass within the bounds."""
+    """Per kernel (column), the sum over the bounded dims of the log of its mass within the bounds.
+
+    The normal CDF at a bound more than 8.5 sigmas away is taken as exactly 0 or 1, so only kernels
+    near a bound lose mass; the others keep exactly 1, whose log adds nothing.
+    """
     b = block.bounded
     if not b.all():
         mu, sig = mu[b], sig[b]
@@ -507,10 +497,16 @@ def _log_mass(block: _Block, mu: Array, sig: Array, scratch: _Scratch, tag: str)
     up /= sig
     down = np.subtract(block.lo[b][:, None], mu, out=scratch.get(tag + "down", rows, n))
     down /= sig
-    # a bound far from the kernel leaves a mass of exactly 1, whose log adds nothing
     near = np.flatnonzero((up < 8.5) | (down > -8.5))
-    mass = _ndtr_upper(up.ravel()[near]) - _ndtr_lower(down.ravel()[near])
-    out: Array = np.asarray(np.bincount(near % n, weights=np.log(np.maximum(mass, 1e-300)), minlength=n), float)
+    t_up, t_down = up.ravel()[near], down.ravel()[near]
+    near_up, near_down = t_up < 8.5, t_down > -8.5
+    cdf = _ndtr(np.concatenate([t_up[near_up], t_down[near_down]]))  # one call for both bounds
+    k = int(np.count_nonzero(near_up))
+    mass = np.ones(near.size)
+    mass[near_up] = cdf[:k]
+    mass[near_down] -= cdf[k:]
+    log_mass = np.log(np.maximum(mass, 1e-300))
+    out: Array = np.asarray(np.bincount(near % n, weights=log_mass, minlength=n), dtype=np.float64)
     return out
 
 
@@ -753,7 +749,8 @@ class TpeTuner:
         s = self.settings
         cols = [d.col for d in dims]
         values = data.rows if cols == list(range(data.rows.shape[1])) else data.rows[:, cols]
-        members = active & ~np.isnan(values).any(axis=1)
+        missing = np.isnan(values)
+        members = active & ~missing.any(axis=1) if missing.any() else active
         n_members = int(np.count_nonzero(members))
         if int(np.count_nonzero(members & data.real)) < max(s.n_startup, 1):
             for d in dims:
