@@ -721,6 +721,16 @@ def _k8s_memory(value: Any) -> Any:
                                   ) from None
 
 
+def _no_registry_auth(value: Any) -> Any:
+    if value is not None:
+        raise PydanticCustomError(
+            "unsupported", "privateRegistryAuthPath is not supported by nnix",
+            {"hint": "create a docker-registry Secret in the namespace (kubectl create secret docker-registry ...); "
+                     "the nodes pull with it"})
+    return value
+
+
+RegistryAuthPath = Annotated[Any, AfterValidator(_no_registry_auth)]
 K8sName = Annotated[str, AfterValidator(_k8s_name)]
 K8sQuantity = Annotated[str, BeforeValidator(_k8s_quantity)]
 K8sMemory = Annotated[str, BeforeValidator(_k8s_memory)]
@@ -819,17 +829,8 @@ class KubeflowRoleConfig(_Model):
     memory_size: K8sMemory = "2Gi"
     docker_image: NonEmpty = "msranni/nni:latest"
     code_directory: AbsPath | None = None
-    private_registry_auth_path: AbsPath | None = None
+    private_registry_auth_path: RegistryAuthPath = None
     """Not supported by nnix (create a docker-registry Secret and reference it instead); refused with a hint."""
-
-    @model_validator(mode="after")
-    def _no_auth_path(self) -> KubeflowRoleConfig:
-        if self.private_registry_auth_path is not None:
-            raise PydanticCustomError(
-                "unsupported", "privateRegistryAuthPath is not supported by nnix",
-                {"hint": "kubectl create secret docker-registry ... in the namespace; the image's node must be able "
-                         "to pull it"})
-        return self
 
 
 class KubeflowConfig(_K8sCommon):
@@ -882,15 +883,7 @@ class FrameworkControllerRoleConfig(_Model):
     memory_size: K8sMemory = "2Gi"
     framework_attempt_completion_policy: FrameworkAttemptCompletionPolicy = Field(
         default_factory=FrameworkAttemptCompletionPolicy)
-    private_registry_auth_path: AbsPath | None = None
-
-    @model_validator(mode="after")
-    def _no_auth_path(self) -> FrameworkControllerRoleConfig:
-        if self.private_registry_auth_path is not None:
-            raise PydanticCustomError(
-                "unsupported", "privateRegistryAuthPath is not supported by nnix",
-                {"hint": "kubectl create secret docker-registry ... in the namespace"})
-        return self
+    private_registry_auth_path: RegistryAuthPath = None
 
 
 class FrameworkControllerConfig(_K8sCommon):

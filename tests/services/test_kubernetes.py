@@ -32,7 +32,7 @@ from nnix.services.kubernetes import (
     job_state,
     kubeflow_state,
 )
-from nnix.testing.experiments import make_experiment, manager_for, run_experiment
+from nnix.testing.experiments import detach_when, make_experiment, run_experiment
 from nnix.testing.kube import FakeOperators, KubeLab, kube_available
 
 SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
@@ -509,28 +509,12 @@ def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, k
 
     exp_id, exp_dir, _ = _experiment(tmp_path, {"platform": "kubernetes"}, trials=2, concurrency=2,
                                      command="STEPS=40 STEP_S=0.1 python3 trial.py")
-    manager = manager_for(exp_dir, **FAST)
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(manager.run("create"))
+    def both_running() -> bool:
+        st = read_state(exp_dir)
+        return len(st.trials) == 2 and all(t.status is TrialStatus.RUNNING and len(t.metrics) >= 3
+                                           for t in st.trials.values())
 
-    def run() -> None:
-        try:
-            loop.run_until_complete(task)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            manager.store.close()
-            loop.close()
-
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    try:
-        _wait(lambda: len(st.trials) == 2 and all(t.status is TrialStatus.RUNNING and len(t.metrics) >= 3
-                                                  for t in st.trials.values())
-              if (st := read_state(exp_dir)) else False, 60)
-    finally:
-        loop.call_soon_threadsafe(task.cancel)  # the manager goes away; its Jobs keep running
-        th.join(60)
+    detach_when(exp_dir, both_running, 60, **FAST)  # the manager goes away; its Jobs keep running
     batch = client.BatchV1Api(kube_lab.api())
     sel = f"nnix.io/experiment={exp_id}"
     jobs = {j.metadata.name for j in batch.list_namespaced_job("default", label_selector=sel).items}

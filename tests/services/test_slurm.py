@@ -30,7 +30,7 @@ from nnix.home import read_state
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.slurm import SlurmLauncher, describe_state, job_script
-from nnix.testing.experiments import make_experiment, manager_for, run_experiment
+from nnix.testing.experiments import detach_when, make_experiment, run_experiment
 from nnix.testing.slurm import SlurmLab, unavailable
 
 SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
@@ -550,31 +550,6 @@ def test_a_bad_partition_stops_the_experiment_with_the_reason(tmp_path: Path, la
     assert st.message == "Slurm has no partition 'nope'"  # where users look (nnix view, the web UI)
 
 
-def _detach_when(exp_dir: Path, cond: Callable[[], bool], timeout: float = 120) -> None:
-    """Run the experiment's manager until ``cond``, then take it away (its task cancelled): it closes without
-    killing its trials, which keep running in their Slurm jobs."""
-    manager = manager_for(exp_dir, **FAST)
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(manager.run("create"))
-
-    def run() -> None:
-        try:
-            loop.run_until_complete(task)
-        except asyncio.CancelledError:
-            pass
-        finally:
-            manager.store.close()
-            loop.close()
-
-    th = threading.Thread(target=run, daemon=True)
-    th.start()
-    try:
-        _wait(cond, timeout)
-    finally:
-        loop.call_soon_threadsafe(task.cancel)
-        th.join(60)
-
-
 def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, lab: SlurmLab) -> None:
     exp_id, exp_dir = _experiment(tmp_path, trials=2, concurrency=2, steps=60, step_s=0.1)
 
@@ -583,7 +558,7 @@ def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, l
         return len(st.trials) == 2 and all(t.status is TrialStatus.RUNNING and len(t.metrics) >= 3
                                            for t in st.trials.values())
 
-    _detach_when(exp_dir, both_running)
+    detach_when(exp_dir, both_running, **FAST)
     saved = json.loads((exp_dir / "cluster.json").read_text())
     assert len(saved["envs"]) == 2
     running = {job for job, (state, _) in _jobs(lab, exp_id).items() if state == "RUNNING"}

@@ -42,7 +42,7 @@ from nnix.services.mirror import OutputMirror
 if TYPE_CHECKING:
     from nnix.config import ExperimentConfig
 
-__all__ = ["ClusterService", "EnvRequest", "EnvStatus", "Launcher"]
+__all__ = ["ClusterService", "EnvRequest", "EnvStatus", "Launcher", "SharedStorageLayout"]
 
 log = logging.getLogger("nnix.services.cluster")
 
@@ -131,6 +131,22 @@ class Launcher(Protocol):
     def output_location(self, spec: TrialSpec) -> str: ...
 
     async def close(self) -> None: ...
+
+
+class SharedStorageLayout:
+    """``place`` / ``output_location`` of launchers whose environments mount the experiment's directory on shared
+    storage (see :func:`nnix.services.packing.stage_shared`): at ``remote`` in the environments, at ``local`` here;
+    trials run in ``code/`` and write to ``trials/<trial>/``."""
+
+    remote: str
+    local: Path
+
+    def place(self, spec: TrialSpec) -> TrialSpec:
+        return replace(spec, code_dir=Path(f"{self.remote}/code"),
+                       output_dir=Path(f"{self.remote}/trials/{spec.trial_id}"))
+
+    def output_location(self, spec: TrialSpec) -> str:
+        return str(self.local / "trials" / spec.trial_id)
 
 
 # --------------------------------------------------------------------------------------------------

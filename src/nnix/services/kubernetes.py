@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, cast
 from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.base import ServiceContext
-from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
+from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus, SharedStorageLayout
 from nnix.services.packing import shared_bootstrap, stage_shared
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ class _Role:
     extra: dict[str, Any] | None = None  # per-role extras (Framework completion policy)
 
 
-class KubeLauncher:
+class KubeLauncher(SharedStorageLayout):
     """Starts environments as Kubernetes objects (see the module docstring). Subclasses build the object."""
 
     kind = "kubernetes"
@@ -336,6 +336,7 @@ class KubeLauncher:
         local = storage.local_mount_point or (Path(storage.path) if storage.storage_type == "hostPath" and
                                               storage.path else None)
         self.local_root = local  # None: nfs to be mounted in prepare
+        self.local = (local or context.experiment_dir / "nfs") / "nnix" / self.exp
         self.remote = f"{storage.container_mount_point.rstrip('/')}/nnix/{self.exp}"
         self._wheels: list[str] = []
         self._api: Any = None
@@ -345,11 +346,6 @@ class KubeLauncher:
         self._azure_secret: str | None = None
 
     # --- helpers -----------------------------------------------------------------------------------
-    @property
-    def local(self) -> Path:
-        assert self.local_root is not None
-        return self.local_root / "nnix" / self.exp
-
     def labels(self, env_id: str | None = None) -> dict[str, str]:
         out = {"app": "nni-kubernetes-trial", "expId": self.exp, EXP_LABEL: self.exp}
         if env_id is not None:
@@ -477,6 +473,7 @@ class KubeLauncher:
                                "mount it yourself and set storage.localMountPoint to where it is mounted")
         self._mounted = target
         self.local_root = target
+        self.local = target / "nnix" / self.exp
 
     def _make_azure_secret(self) -> str:
         s = self.storage
@@ -662,13 +659,6 @@ class KubeLauncher:
     async def stop(self, handle: str) -> None:
         await asyncio.to_thread(self._delete, handle)
         self._final.setdefault(handle, EnvStatus("ended", "stopped by nnix", killed=True))
-
-    def place(self, spec: TrialSpec) -> TrialSpec:
-        return replace(spec, code_dir=Path(f"{self.remote}/code"),
-                       output_dir=Path(f"{self.remote}/trials/{spec.trial_id}"))
-
-    def output_location(self, spec: TrialSpec) -> str:
-        return str(self.local / "trials" / spec.trial_id)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._close)

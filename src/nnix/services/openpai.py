@@ -35,17 +35,15 @@ import shlex
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 import yaml
 
-from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.base import ServiceContext
-from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
+from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus, SharedStorageLayout
 from nnix.services.packing import shared_bootstrap, stage_shared
 
 if TYPE_CHECKING:
@@ -68,7 +66,7 @@ def _q(s: str) -> str:
     return shlex.quote(s)
 
 
-class OpenpaiLauncher:
+class OpenpaiLauncher(SharedStorageLayout):
     kind = "openpai"
     advertise_host: str | None = None
     shares_files = True
@@ -221,13 +219,6 @@ class OpenpaiLauncher:
                              "application/json")
         except ServiceError as e:
             log.warning("could not stop OpenPAI job %s: %s", handle, e.message)
-
-    def place(self, spec: TrialSpec) -> TrialSpec:
-        return replace(spec, code_dir=Path(f"{self.remote}/code"),
-                       output_dir=Path(f"{self.remote}/trials/{spec.trial_id}"))
-
-    def output_location(self, spec: TrialSpec) -> str:
-        return str(self.local / "trials" / spec.trial_id)
 
     async def close(self) -> None:
         return None

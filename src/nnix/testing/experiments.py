@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +48,33 @@ def run_experiment(
 
 def manager_for(exp_dir: Path, **service_options: Any) -> ExperimentManager:
     return build_manager(exp_dir, **service_options)
+
+
+def detach_when(exp_dir: Path, cond: Callable[[], bool], timeout: float = 120.0, **service_options: Any) -> None:
+    """Run the experiment's manager (``create``) in a thread until ``cond()`` holds, then take it away: its task is
+    cancelled, so it closes without killing its trials, which keep running where their service put them (what a
+    manager killed mid-run leaves behind, for resume tests). Raises ``AssertionError`` when ``cond`` never holds."""
+    manager = build_manager(exp_dir, **service_options)
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(manager.run("create"))
+
+    def run() -> None:
+        try:
+            loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            manager.store.close()
+            loop.close()
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the condition did not hold within {timeout:.0f} s")
+            time.sleep(0.1)
+    finally:
+        loop.call_soon_threadsafe(task.cancel)
+        th.join(60)
