@@ -336,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     failed: dict[tuple[str, str], str] = {}
     seconds: dict[str, float] = {}
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
-        for tuner, problem, _seed, curve, took in pool.map(_job, jobs):
+        for done, (tuner, problem, _seed, curve, took) in enumerate(pool.map(_job, jobs), 1):
+            if done % max(1, len(jobs) // 20) == 0 or done == len(jobs):  # progress, on stderr
+                spent = time.perf_counter() - t0
+                print(f"  {done}/{len(jobs)} runs, {spent:.0f} s, about {spent / done * (len(jobs) - done):.0f} s "
+                      "left", file=sys.stderr, flush=True)
             seconds[tuner] = seconds.get(tuner, 0.0) + took
             if isinstance(curve, str):
                 failed[(tuner, problem)] = curve

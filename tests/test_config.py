@@ -442,3 +442,14 @@ def test_cross_field_rules_pass_when_satisfied(tmp_path: Path) -> None:
     config = parse_config(data, tmp_path).config
     assert config.training_service.use_active_gpu is False
     assert config.training_service.max_trial_number_per_gpu == 2
+
+
+@pytest.mark.parametrize("name", ["kubernetes", "kubeflow", "frameworkcontroller", "slurm", "ray"])
+def test_the_example_cluster_configs_load(name: str) -> None:
+    """The configs shipped in examples/branin/cluster are valid as written (the README points at them)."""
+    from nnix.config import load_config
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "branin" / "cluster" / f"{name}.yml"
+    cfg = load_config(path).config
+    assert cfg.training_service.platform == name
+    assert cfg.trial_code_directory == path.parents[1]  # the example's code, one level up
