@@ -117,3 +117,17 @@ def test_args() -> None:
     assert issue.hint == "did you mean 'optimize_mode'?"
     assert resolve("tuner", AlgorithmRef(name="SMAC")) is SMACTuner
     assert SMACTuner.heavy is True
+
+
+def test_smac_learns_from_a_capped_history() -> None:
+    """Beyond HISTORY_CAP observations SMAC is told the best half of the cap and the most recent others, in order."""
+    from nnix.tuners.smac import _capped
+
+    told = {f"c{i}": float((i * 37) % 101) for i in range(300)}  # config -> cost, in history order
+    kept = _capped(told, 200)
+    assert len(kept) == 200 and list(kept) == [c for c in told if c in kept]
+    best = sorted(told, key=lambda c: told[c])[:100]
+    assert set(best) <= set(kept)
+    rest = [c for c in told if c not in best]
+    assert set(rest[-100:]) <= set(kept)
+    assert _capped(dict(list(told.items())[:150]), 200) == dict(list(told.items())[:150])
