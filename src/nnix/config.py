@@ -748,7 +748,7 @@ class K8sStorageConfig(_Model):
     """nfs: the NFS server."""
     path: NonEmpty | None = None
     """nfs: the exported directory; hostPath: the directory on the nodes."""
-    claim_name: Annotated[str, AfterValidator(_k8s_name)] | None = None
+    claim_name: K8sName | None = None
     """pvc: the PersistentVolumeClaim (ReadWriteMany, in the experiment's namespace)."""
     azure_account: NonEmpty | None = None
     azure_share: NonEmpty | None = None

@@ -547,11 +547,18 @@ class KubeLauncher(SharedStorageLayout):
                 "resources": _resources(role.cpu, role.memory, role.gpus),
                 "volumeMounts": [{"name": VOLUME, "mountPath": self.storage.container_mount_point}]}
 
-    def role_script(self, role: _Role, primary: bool, request: EnvRequest) -> str:
+    def role_script(self, role: _Role) -> str:
         """A non-primary pod runs its role's command in the code directory."""
-        if primary:
-            return self.agent_script(request)
         return f"cd {_q(self.remote + '/code')} && exec sh -c {_q(role.command or 'true')}"
+
+    def primary_command(self) -> str:
+        """The command of the role whose first pod runs the agent ("": the experiment's ``trialCommand``)."""
+        return ""
+
+    def place(self, spec: TrialSpec) -> TrialSpec:
+        placed = super().place(spec)
+        command = self.primary_command()
+        return replace(placed, command=command) if command else placed
 
     def build(self, name: str, request: EnvRequest, token_secret: str) -> dict[str, Any]:
         raise NotImplementedError
@@ -768,7 +775,7 @@ class KubeflowLauncher(KubeLauncher):
         container_name = "pytorch" if self.pytorch else "tensorflow"
         specs: dict[str, Any] = {}
         for i, (key, role) in enumerate(self.roles()):
-            script = self.role_script(role, False, request)
+            script = self.role_script(role)
             if i == 0:
                 agent = self.agent_script(request)
                 if self.pytorch:  # one master: it is the primary
@@ -777,7 +784,7 @@ class KubeflowLauncher(KubeLauncher):
                     pick = ("import json, os, sys; t = json.loads(os.environ.get('TF_CONFIG') or '{}').get('task') "
                             "or {}; sys.exit(0 if int(t.get('index') or 0) == 0 else 1)")
                     script = (f"if {_q(self.cfg.python_executable)} -c {_q(pick)}; then {agent}; "
-                              f"else {self.role_script(role, False, request)}; fi")
+                              f"else {script}; fi")
             pod = {"containers": [self.container(container_name, role, script, token_secret)],
                    "volumes": [self.volume()]}
             specs[key] = {"replicas": role.replicas, "restartPolicy": "Never",
@@ -789,11 +796,6 @@ class KubeflowLauncher(KubeLauncher):
 
     def state(self, name: str) -> EnvStatus:
         return kubeflow_state(self._watches[0].get(name))
-
-    def place(self, spec: TrialSpec) -> TrialSpec:
-        placed = super().place(spec)
-        command = self.primary_command()
-        return replace(placed, command=command) if command else placed
 
 
 class FrameworkLauncher(KubeLauncher):
@@ -819,7 +821,7 @@ class FrameworkLauncher(KubeLauncher):
         cfg = cast("FrameworkControllerConfig", self.cfg)
         task_roles = []
         for i, role in enumerate(self.roles()):
-            script = self.role_script(role, False, request)
+            script = self.role_script(role)
             if i == 0:  # FrameworkController gives each pod its task index in FC_TASK_INDEX
                 script = (f"if [ \"${{FC_TASK_INDEX:-0}}\" = 0 ]; then {self.agent_script(request)}; "
                           f"else {script}; fi")
@@ -842,10 +844,8 @@ class FrameworkLauncher(KubeLauncher):
     def state(self, name: str) -> EnvStatus:
         return framework_state(self._watches[0].get(name))
 
-    def place(self, spec: TrialSpec) -> TrialSpec:
-        placed = super().place(spec)
-        command = self.roles()[0].command
-        return replace(placed, command=command) if command else placed
+    def primary_command(self) -> str:
+        return self.roles()[0].command
 
 
 # --------------------------------------------------------------------------------------------------
