@@ -42,7 +42,7 @@ from nnix.core.events import (
 from nnix.core.state import ExperimentState, TrialState, fold_store
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.errors import NnixError, NoMoreTrialsError, ServiceError, StoreError, StoreFullError
-from nnix.home import clear_manager_error, write_manager_error
+from nnix.home import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
 from nnix.store.base import Store
@@ -564,6 +564,7 @@ class ExperimentManager:
     async def view(self, port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
         """Serve the experiment read-only (no tuner, no trials) until a stop is requested."""
         self.record(ManagerStarted(os.getpid(), "view", port, host))
+        apply_manager_error(self.state, self.exp_dir)  # why the last manager stopped (a full disk...), for the UI
         while not self._stop_requested:
             self._wake.clear()
             await self._wake.wait()
