@@ -281,9 +281,10 @@ class _ForkedDaemon:
 
                 code = daemon_main([exp_id, action, str(port), host])
             finally:
-                logging.shutdown()
-                sys.stdout.flush()
-                sys.stderr.flush()
+                with contextlib.suppress(BaseException):  # a full disk must not keep this child alive
+                    logging.shutdown()
+                    sys.stdout.flush()
+                    sys.stderr.flush()
                 os._exit(code)
         self.pid = pid
         self.returncode: int | None = None
