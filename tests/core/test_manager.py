@@ -305,3 +305,28 @@ def test_a_full_store_halts_the_manager_without_killing_trials_and_resume_loses_
     assert t.status is TrialStatus.SUCCEEDED
     assert [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL] == list(range(400))
     assert "full" not in done.message  # the resumed manager cleared the reason
+
+
+def test_view_shows_why_the_last_manager_stopped(tmp_path: Path) -> None:
+    from nnix.home import write_manager_error
+
+    cmd = _trial(tmp_path, "nni.report_final_result(1)\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=1)
+    write_manager_error(d, "the disk holding X is full", "free space")
+    manager = manager_for(d)
+
+    async def main() -> str:
+        task = asyncio.ensure_future(manager.view())
+        deadline = time.monotonic() + 30
+        while manager.state.manager_action != "view" or "full" not in manager.state.message:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.02)
+        manager.request_stop()
+        await asyncio.wait_for(task, 30)
+        return manager.state.message
+
+    try:
+        message = asyncio.run(main())
+    finally:
+        manager.store.close()
+    assert "the disk holding X is full" in message and "free space" in message
