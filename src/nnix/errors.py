@@ -79,6 +79,15 @@ class StoreError(NnixError):
     """The experiment store could not be read or written."""
 
 
+class StoreFullError(StoreError):
+    """A write of the manager failed for lack of space (SQLite "database or disk is full", ENOSPC, EDQUOT).
+    The manager stops without killing its trials; ``nnix resume`` continues once space is back."""
+
+
+class StoreCorruptError(StoreError):
+    """An experiment's store file exists but is not a readable nnix store (0 bytes, garbage, truncated)."""
+
+
 class ServiceError(NnixError):
     """A training service could not start or manage an environment or a trial."""
 

@@ -19,7 +19,7 @@ from nnix.core.events import ExperimentCreated
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import fold
 from nnix.core.status import ExperimentStatus
-from nnix.errors import TunerError
+from nnix.errors import StoreError, TunerError
 from nnix.home import STORE_NAME, Entry, Registry
 from nnix.registry import Kind, resolve
 from nnix.services.base import ServiceContext, TrainingService
@@ -33,7 +33,12 @@ def create(loaded: LoadedConfig | ExperimentConfig, experiment_id: str | None = 
     registry = Registry()
     exp_id = experiment_id or registry.new_id()
     exp_dir = Path(config.experiment_working_directory) / exp_id
-    (exp_dir / "log").mkdir(parents=True, exist_ok=True)
+    if (exp_dir / STORE_NAME).exists():
+        raise StoreError(f"experiment {exp_id} already exists at {exp_dir}", "choose another --id, or resume it")
+    exp_dir.parent.mkdir(parents=True, exist_ok=True)
+    exp_dir.mkdir(mode=0o700, exist_ok=True)  # parameters, metrics, secrets: the owner's only
+    os.chmod(exp_dir, 0o700)  # an existing (empty) directory given by --id
+    (exp_dir / "log").mkdir(exist_ok=True)
     seed = config.tuner.class_args.get("seed")
     if not isinstance(seed, int):
         seed = secrets.randbits(31)

@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import string
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,8 +50,8 @@ class Registry:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[dict[str, dict[str, Any]]]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "w") as lock:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # who runs what, where: the owner's
+        with os.fdopen(os.open(self.path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 data: dict[str, dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else {}
@@ -60,7 +61,9 @@ class Registry:
             yield data
             if json.dumps(data, sort_keys=True) != before:
                 tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+                with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                    f.write(json.dumps(data, indent=1, sort_keys=True))
+                os.chmod(tmp, 0o600)  # an older, looser file reused as the temporary
                 os.replace(tmp, self.path)
 
     def add(self, entry: Entry) -> None:
@@ -122,12 +125,134 @@ SUMMARY_KINDS = ("ExperimentCreated", "ManagerStarted", "ManagerHeartbeat", "Sta
 
 
 def read_state(exp_dir: Path, summary: bool = False) -> ExperimentState:
-    """Fold an experiment's log; ``summary=True`` skips trial events (fast: status, pid, port)."""
+    """Fold an experiment's log; ``summary=True`` skips trial events (fast: status, pid, port).
+    A reason the last manager left in ``manager.error`` (e.g. a full disk) is its message and an error."""
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     try:
-        return fold(store.read(kinds=SUMMARY_KINDS)) if summary else fold_store(store)
+        state = fold(store.read(kinds=SUMMARY_KINDS)) if summary else fold_store(store)
     finally:
         store.close()
+    apply_manager_error(state, exp_dir)
+    return state
+
+
+# --- why the last manager stopped, where even a full disk lets it be written ----------------------
+
+ERROR_FILE = "manager.error"
+ERROR_FILE_SIZE = 4096  # written once when a manager starts, overwritten in place (no new block needed)
+
+
+def prepare_manager_error(exp_dir: Path) -> None:
+    """Make sure ``<exp>/manager.error`` exists with its blocks written (NUL bytes: no error), so that a
+    manager can still write its reason there when the disk is full. An existing reason is kept."""
+    path = exp_dir / ERROR_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return
+    try:
+        size = os.fstat(fd).st_size
+        if size < ERROR_FILE_SIZE:
+            os.pwrite(fd, b"\0" * (ERROR_FILE_SIZE - size), size)
+            os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_manager_error(exp_dir: Path, message: str, hint: str | None = None, pid: int | None = None) -> bool:
+    """Record why the manager stopped, in place (no truncation, no new file when it was prepared).
+    Returns False when even that failed."""
+    record = {"message": message, "hint": hint or "", "pid": pid or os.getpid(), "ts": time.time()}
+    data = json.dumps(record).encode()[: ERROR_FILE_SIZE - 1] + b"\n"
+    try:
+        fd = os.open(exp_dir / ERROR_FILE, os.O_WRONLY | os.O_CREAT, 0o600)
+    except OSError:
+        return False
+    try:
+        os.pwrite(fd, data.ljust(ERROR_FILE_SIZE, b"\0"), 0)
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def clear_manager_error(exp_dir: Path) -> None:
+    """A manager that recorded its start has space again: forget the previous one's reason."""
+    path = exp_dir / ERROR_FILE
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        if os.pread(fd, 1, 0) not in (b"", b"\0"):
+            os.pwrite(fd, b"\0" * ERROR_FILE_SIZE, 0)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_manager_error(exp_dir: Path) -> dict[str, Any] | None:
+    """The reason the last manager left (``message``, ``hint``, ``pid``, ``ts``), or None."""
+    try:
+        with open(exp_dir / ERROR_FILE, "rb") as f:
+            raw = f.read(ERROR_FILE_SIZE).split(b"\0", 1)[0].strip()
+    except OSError:
+        return None
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {"message": raw.decode(errors="replace")[:500], "hint": "", "pid": None, "ts": None}
+    if not isinstance(data, dict) or not isinstance(data.get("message"), str):
+        return None
+    return data
+
+
+def manager_error_text(error: dict[str, Any]) -> str:
+    text = f"the manager stopped: {error['message']}"
+    return text + (f" (hint: {error['hint']})" if error.get("hint") else "")
+
+
+def apply_manager_error(state: ExperimentState, exp_dir: Path) -> None:
+    error = read_manager_error(exp_dir)
+    if error is None:
+        return
+    text = manager_error_text(error)
+    state.message = text
+    if text not in state.errors:
+        state.errors.append(text)
+
+
+# --- modes: an experiment's files are its owner's ---------------------------------------------------
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def tighten_permissions(exp_dir: Path) -> list[str]:
+    """Make the experiment directory 0700 and its store (and -wal/-shm) 0600 where they are looser
+    (experiments created before nnix set these modes). Returns what was changed, for a warning."""
+    changed: list[str] = []
+    store = exp_dir / STORE_NAME
+    targets = [(exp_dir, PRIVATE_DIR), (store.parent, PRIVATE_DIR)] + [
+        (Path(f"{store}{suffix}"), PRIVATE_FILE) for suffix in ("", "-wal", "-shm")
+    ]
+    for path, mode in targets:
+        try:
+            current = path.stat().st_mode & 0o777
+            if current & ~mode:
+                os.chmod(path, current & mode)
+                changed.append(f"{path}: {current:o} -> {current & mode:o}")
+        except OSError:
+            continue
+    return changed
 
 
 def effective_status(state: ExperimentState) -> ExperimentStatus:

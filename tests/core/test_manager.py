@@ -258,3 +258,75 @@ def test_nni_style_custom_tuner_runs_unchanged(tmp_path: Path) -> None:
     assert st.status is ExperimentStatus.DONE
     assert [t.params["x"] for t in sorted(st.trials.values(), key=lambda t: t.sequence_id)] == [0, 1, 2, 0]
     assert st.direction == "minimize"
+
+
+def test_a_full_store_halts_the_manager_without_killing_trials_and_resume_loses_nothing(tmp_path: Path) -> None:
+    """SQLite says "database or disk is full": the manager stops recording and acting, leaves its reason
+    where status readers look, and its trial keeps running; a resume once there is room records the rest."""
+    from nnix.core.status import MetricType
+    from nnix.errors import StoreError
+    from nnix.home import pid_alive, read_state
+
+    gate = tmp_path / "go"
+    cmd = _trial(tmp_path, f"for i in range(400):\n    nni.report_intermediate_result(i)\n    time.sleep(0.002)\n"
+                 f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\n"
+                 "nni.report_final_result(1)\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=1)
+    manager = manager_for(d)
+    failure: list[BaseException] = []
+
+    async def main() -> None:
+        task = asyncio.ensure_future(manager.run("create"))
+        deadline = time.monotonic() + 60
+        while not any(len(t.metrics) >= 5 for t in manager.state.trials.values()):
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.02)
+        db = manager.store._db  # type: ignore[attr-defined]
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full now
+        try:
+            await asyncio.wait_for(task, 60)
+        except StoreError as e:
+            failure.append(e)
+
+    try:
+        asyncio.run(main())
+    finally:
+        manager.store.close()
+    assert failure and "full" in str(failure[0])
+    (t,) = read_state(d).trials.values()
+    assert pid_alive(t.pid)  # not killed: it goes on reporting into its channel
+    st = read_state(d)
+    assert "full" in st.message and any("full" in e for e in st.errors)
+    gate.write_text("")
+    done = run_experiment(d, action="resume")
+    assert done.status is ExperimentStatus.DONE
+    (t,) = done.trials.values()
+    assert t.status is TrialStatus.SUCCEEDED
+    assert [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL] == list(range(400))
+    assert "full" not in done.message  # the resumed manager cleared the reason
+
+
+def test_view_shows_why_the_last_manager_stopped(tmp_path: Path) -> None:
+    from nnix.home import write_manager_error
+
+    cmd = _trial(tmp_path, "nni.report_final_result(1)\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=1)
+    write_manager_error(d, "the disk holding X is full", "free space")
+    manager = manager_for(d)
+
+    async def main() -> str:
+        task = asyncio.ensure_future(manager.view())
+        deadline = time.monotonic() + 30
+        while manager.state.manager_action != "view" or "full" not in manager.state.message:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.02)
+        manager.request_stop()
+        await asyncio.wait_for(task, 30)
+        return manager.state.message
+
+    try:
+        message = asyncio.run(main())
+    finally:
+        manager.store.close()
+    assert "the disk holding X is full" in message and "free space" in message

@@ -77,3 +77,60 @@ def test_replay_fast_path_equals_the_plain_fold(tmp_path: Path) -> None:
     assert [(m.type, m.sequence, m.index, m.ts) for m in fm] == [(m.type, m.sequence, m.index, m.ts) for m in sm]
     assert [m.value for m in fm[:5]] == [{"default": i, "k": [1]} for i in range(5)]
     assert fast.trials["a"].last_index == 5 and fast.trials["a"].status is TrialStatus.SUCCEEDED
+
+
+def _valid_store(path: Path) -> bytes:
+    s = SqliteStore(path)
+    s.append([TrialCreated(f"t{i}", i, i, {"x": "y" * 200}) for i in range(200)])
+    s.close()
+    assert not Path(f"{path}-wal").exists()  # closed cleanly: everything is in the main file
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["empty", "garbage", "truncated", "foreign"])
+@pytest.mark.parametrize("create", [False, True])
+def test_a_damaged_store_is_a_clear_error_and_stays_untouched(tmp_path: Path, damage: str, create: bool) -> None:
+    import sqlite3
+
+    path = tmp_path / "db" / "nnix.sqlite"
+    path.parent.mkdir()
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "garbage":
+        path.write_bytes(os.urandom(8192))
+    elif damage == "truncated":
+        path.write_bytes(_valid_store(path)[:8192])
+    else:  # an SQLite database, but not an nnix store
+        db = sqlite3.connect(path)
+        db.execute("CREATE TABLE other(x)")
+        db.commit()
+        db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreError) as info:
+        SqliteStore(path, create=create)
+    assert str(path) in info.value.message
+    assert info.value.hint and "backup" in info.value.hint and "nnix experiment import" in info.value.hint
+    assert path.read_bytes() == before  # no schema, no header, nothing written
+
+
+def test_a_new_store_and_its_wal_are_the_owners_only(tmp_path: Path) -> None:
+    path = tmp_path / "exp" / "db" / "nnix.sqlite"
+    s = SqliteStore(path)
+    s.append([TrialCreated("a", 0, 0, {"x": 1})])
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        assert p.stat().st_mode & 0o777 == 0o600, p
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    s.close()
+
+
+def test_a_full_store_raises_store_full_error(tmp_path: Path) -> None:
+    from nnix.errors import StoreFullError
+
+    s = SqliteStore(tmp_path / "s.sqlite")
+    s.append([TrialCreated("a", 0, 0, {"x": 1})])
+    pages = s._db.execute("PRAGMA page_count").fetchone()[0]
+    s._db.execute(f"PRAGMA max_page_count = {pages}")  # what a full disk looks like to SQLite
+    with pytest.raises(StoreFullError, match="full"):
+        for i in range(1000):
+            s.append([TrialCreated(f"t{i}", i, i, {"x": "y" * 500})])
+    s.close()

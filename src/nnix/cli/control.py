@@ -14,7 +14,7 @@ from typing import Any
 from nnix.core.events import StatusChanged
 from nnix.core.status import ExperimentStatus
 from nnix.errors import ManagerUnreachableError, NnixError
-from nnix.home import STORE_NAME, Registry, pid_alive, read_state
+from nnix.home import STORE_NAME, Registry, manager_error_text, pid_alive, read_manager_error, read_state
 from nnix.store.sqlite import SqliteStore
 
 
@@ -82,9 +82,11 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
             raise NnixError(f"experiment {entry.id} did not stop within {timeout:.0f} s", f"kill -9 {pid}")
         return f"experiment {entry.id} stopped"
     if state.status.is_active:
+        error = read_manager_error(exp_dir)
+        why = manager_error_text(error) if error is not None else "the manager was no longer running"
         store = SqliteStore(exp_dir / STORE_NAME, create=False)
         try:
-            store.append([StatusChanged(ExperimentStatus.STOPPED, "the manager was no longer running")])
+            store.append([StatusChanged(ExperimentStatus.STOPPED, why)])
         finally:
             store.close()
         return f"experiment {entry.id} was not running (its manager had died); marked STOPPED"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -16,7 +17,8 @@ def main(argv: list[str]) -> int:
     try:
         run_manager(exp_id, action, port=port, live=False, exit_when_done=False, host=host)
     except NnixError as e:
-        print(f"error: {e}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     return 0
 
@@ -24,7 +26,8 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     code = main(sys.argv[1:])
     # Everything is recorded and closed: skip the interpreter's slow teardown so `nnix stop` returns fast.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    with contextlib.suppress(BaseException):  # e.g. a full disk under the log files
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
     os._exit(code)

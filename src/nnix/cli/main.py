@@ -303,6 +303,15 @@ def _state(exp_id: str | None) -> tuple[str, Any]:
     return eid, read_state(Path(Registry().get(eid).dir))
 
 
+def _warn_halted(eid: str) -> None:
+    """Say (on stderr, so that --json output stays NNI's) why the last manager stopped, if it left a reason."""
+    from nnix.home import Registry, manager_error_text, read_manager_error
+
+    error = read_manager_error(Path(Registry().get(eid).dir))
+    if error is not None:
+        typer.secho(f"warning: experiment {eid}: {manager_error_text(error)}", err=True, fg=typer.colors.YELLOW)
+
+
 def _fmt_time(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
@@ -318,6 +327,7 @@ def trial_ls(
     if head is not None and tail is not None:
         raise NnixError("--head and --tail are mutually exclusive")
     eid, state = _state(experiment_id)
+    _warn_halted(eid)
     trials = list(state.trials.values())
     if head is not None or tail is not None:
         scored = sorted((t for t in trials if t.final_value is not None), key=lambda t: t.final_value, reverse=True)
@@ -374,7 +384,9 @@ def experiment_list(all_: Annotated[bool, typer.Option("--all", help="Include st
         try:
             st = read_state(Path(e.dir), summary=True)
             n_trials = trial_count(Path(e.dir))
-        except NnixError:
+        except NnixError as ex:
+            if all_:
+                typer.secho(f"warning: experiment {e.id}: {ex.message}", err=True, fg=typer.colors.YELLOW)
             continue
         status = effective_status(st)
         if not all_ and not status.is_active:

@@ -20,9 +20,16 @@ from nnix.cli.control import rest_get
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import ExperimentState
 from nnix.core.status import ExperimentStatus, TrialStatus
-from nnix.errors import ManagerUnreachableError, NnixError
+from nnix.errors import ManagerUnreachableError, NnixError, StoreFullError
 from nnix.experiment import build_manager
-from nnix.home import Registry, read_state
+from nnix.home import (
+    Registry,
+    prepare_manager_error,
+    read_manager_error,
+    read_state,
+    tighten_permissions,
+    write_manager_error,
+)
 
 
 def bind(port: int, host: str = "127.0.0.1") -> socket.socket:
@@ -148,11 +155,15 @@ def run_manager(
     exp_dir = Path(entry.dir)
     from nnix.api.auth import token_for_bind
 
+    loosened = tighten_permissions(exp_dir)  # experiments made before nnix set 0700/0600
+    prepare_manager_error(exp_dir)  # where a full disk's reason can still be written
     token = token_for_bind(exp_dir, host)  # a non-loopback bind requires the experiment's token
     sock = bind(port, host)
     actual_port = sock.getsockname()[1]
     manager = build_manager(exp_dir, exit_when_done=exit_when_done, **service_options)
     _setup_logging(exp_dir, str(manager.config.get("log_level", "info")))
+    for change in loosened:
+        logging.getLogger("nnix.manager").warning("permissions tightened (owner only): %s", change)
     Registry().update(entry.id, pid=os.getpid(), port=actual_port)
     progress = Progress(manager, live)
 
@@ -182,6 +193,10 @@ def run_manager(
 
     try:
         return asyncio.run(main())
+    except StoreFullError as e:
+        if manager.failure is None:  # not halted by the manager itself: keep the reason where readers look
+            write_manager_error(exp_dir, e.message, e.hint)
+        raise
     finally:
         manager.store.close()
         sock.close()
@@ -200,13 +215,14 @@ def spawn_daemon(
     log_dir = Path(entry.dir) / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     bind(port, host).close()  # fail fast, here, if the port is taken
-    out = open(log_dir / "nnictl_stdout.log", "ab")
-    err = open(log_dir / "nnictl_stderr.log", "ab")
+    out = open(log_dir / "nnictl_stdout.log", "ab", buffering=0)
+    err = open(log_dir / "nnictl_stderr.log", "ab", buffering=0)
     header = f"{'-' * 40}\nExperiment {exp_id} {action}: {time.ctime()}\n{'-' * 40}\n".encode()
-    out.write(header)
-    err.write(header)
-    out.flush()
-    err.flush()
+    with contextlib.suppress(OSError):  # a full disk: the manager says so in manager.error
+        out.write(header)
+        err.write(header)
+        out.flush()
+        err.flush()
     if fork:
         return _await_daemon(_ForkedDaemon(exp_id, action, port, host, out, err), exp_id, log_dir, host, timeout)
     proc = subprocess.Popen(
@@ -226,6 +242,10 @@ def _await_daemon(proc: Any, exp_id: str, log_dir: Path, host: str, timeout: flo
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            reason = read_manager_error(Path(entry.dir))
+            if reason is not None and reason.get("pid") == proc.pid:
+                raise NnixError(f"the experiment manager exited at start: {reason['message']}",
+                                reason.get("hint") or None)
             tail = (log_dir / "nnictl_stderr.log").read_text(errors="replace").strip().splitlines()[-5:]
             raise NnixError(f"the experiment manager exited at start (code {proc.returncode})", " | ".join(tail))
         state = read_state(Path(entry.dir), summary=True)
@@ -261,9 +281,10 @@ class _ForkedDaemon:
 
                 code = daemon_main([exp_id, action, str(port), host])
             finally:
-                logging.shutdown()
-                sys.stdout.flush()
-                sys.stderr.flush()
+                with contextlib.suppress(BaseException):  # a full disk must not keep this child alive
+                    logging.shutdown()
+                    sys.stdout.flush()
+                    sys.stderr.flush()
                 os._exit(code)
         self.pid = pid
         self.returncode: int | None = None

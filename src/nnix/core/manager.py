@@ -10,6 +10,7 @@ the experiment is DONE (NNI stays in TUNER_NO_MORE_TRIAL until stopped by hand).
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import math
@@ -40,7 +41,8 @@ from nnix.core.events import (
 )
 from nnix.core.state import ExperimentState, TrialState, fold_store
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
-from nnix.errors import NnixError, NoMoreTrialsError, ServiceError
+from nnix.errors import NnixError, NoMoreTrialsError, ServiceError, StoreError, StoreFullError
+from nnix.home import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
 from nnix.store.base import Store
@@ -105,14 +107,41 @@ class ExperimentManager:
         self._listeners: list[Callable[[], None]] = []
         self._waiting_note = ""
         self._assessed: dict[str, int] = {}
+        self._failure: StoreError | None = None
 
     # --- recording ---------------------------------------------------------------------------
     def record(self, *events: Event) -> None:
-        """Append to the store, then fold into the in-memory state (the only way state changes)."""
-        for stored in self.store.append(events):
+        """Append to the store, then fold into the in-memory state (the only way state changes).
+        A failed append halts the manager (see :meth:`halt`) and raises."""
+        if self._failure is not None:
+            raise self._failure
+        try:
+            stored_events = self.store.append(events)
+        except StoreError as e:
+            self.halt(e)
+            raise
+        for stored in stored_events:
             self.state.apply(stored)
         for listener in self._listeners:
             listener()
+
+    @property
+    def failure(self) -> StoreError | None:
+        """Why the manager halted (a store write failed, e.g. a full disk), or None."""
+        return self._failure
+
+    def halt(self, error: StoreError) -> None:
+        """A write failed (full disk, ...): record nothing more, act no more, and let :meth:`run` end
+        without killing any trial (as after a crash, ``nnix resume`` re-attaches them). The reason goes
+        to ``<exp>/manager.error``, which status, ``trial ls`` and the UI show, since the store may not
+        take it."""
+        if self._failure is not None:
+            return
+        hint = (error.hint or "").replace("<id>", self.experiment_id or "<id>")
+        self._failure = type(error)(error.message, hint or None)
+        write_manager_error(self.exp_dir, error.message, hint)
+        log.error("halting: %s (%s); running trials are left running", error.message, hint)
+        self._wake.set()
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -477,6 +506,7 @@ class ExperimentManager:
     async def run(self, action: str = "create", port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
         """Run until the experiment is finished (or stopped). Returns the final status."""
         self.record(ManagerStarted(os.getpid(), action, port, host))
+        clear_manager_error(self.exp_dir)  # the store takes writes again: the last halt's reason is history
         try:
             await self.service.start()
         except NnixError as e:  # e.g. no remote machine reachable: say so where users look, then fail
@@ -489,6 +519,8 @@ class ExperimentManager:
         last_beat = self.clock()
         try:
             while True:
+                if self._failure is not None:
+                    break
                 self._process_inbox()
                 if self._stop_requested:
                     await self._stop()
@@ -515,13 +547,24 @@ class ExperimentManager:
                     await asyncio.wait_for(self._wake.wait(), self._next_timeout(deadline))
                 except TimeoutError:
                     pass
+        except StoreError:
+            if self._failure is None:
+                raise
+        except OSError as e:  # e.g. a trial directory or channel file the manager writes
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self.halt(StoreFullError(f"the disk is full: {e}", "free space on that file system: the trials keep "
+                                     f"running, and `nnix resume {self.experiment_id}` re-attaches them"))
         finally:
             await self.service.close(kill_trials=False)
+        if self._failure is not None:
+            raise self._failure
         return self.state.status
 
     async def view(self, port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
         """Serve the experiment read-only (no tuner, no trials) until a stop is requested."""
         self.record(ManagerStarted(os.getpid(), "view", port, host))
+        apply_manager_error(self.state, self.exp_dir)  # why the last manager stopped (a full disk...), for the UI
         while not self._stop_requested:
             self._wake.clear()
             await self._wake.wait()

@@ -7,7 +7,9 @@ fsync every commit (``synchronous=FULL``).
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nnix.core.events import Event, decode, encode
-from nnix.errors import StoreError
+from nnix.errors import StoreCorruptError, StoreError, StoreFullError
 from nnix.store.base import Stored
 
 if TYPE_CHECKING:
@@ -34,7 +36,71 @@ CREATE INDEX IF NOT EXISTS events_kind ON events(kind);
 """
 
 
+HEADER = b"SQLite format 3\x00"
+CORRUPT_HINT = (
+    "nnix never rewrites an experiment's store: restore {path} from a backup, or create a new experiment and "
+    "give it the old results with `nnix experiment import` (from an `nnix experiment export` file)"
+)
+FULL_HINT = (
+    "free space on that file system: the trials keep running, and `nnix resume <id>` re-attaches them "
+    "and records what they reported meanwhile"
+)
+
+
+def _wal_has_frames(path: Path) -> bool:
+    try:
+        return Path(f"{path}-wal").stat().st_size > 0
+    except OSError:
+        return False
+
+
+def check_store_file(path: Path) -> None:
+    """Raise a clear :class:`StoreError` unless ``path`` exists and looks like an SQLite database that is
+    whole: not empty, SQLite's header, and (when no write-ahead log holds newer pages) not shorter than
+    its header says. Reads only: nothing is written to a file that fails."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(100)
+    except FileNotFoundError as e:
+        raise StoreError(f"no experiment store at {path}", "check the experiment id and directory") from e
+    except OSError as e:
+        raise StoreError(f"cannot read experiment store {path}: {e}", "check the file's owner and mode") from e
+    hint = CORRUPT_HINT.format(path=path)
+    if size == 0:
+        raise StoreCorruptError(f"experiment store {path} is empty (0 bytes): it holds no experiment", hint)
+    if len(head) < 100 or not head.startswith(HEADER):
+        raise StoreCorruptError(f"experiment store {path} is not an SQLite database (corrupt or overwritten)", hint)
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        raise StoreCorruptError(f"experiment store {path} has a corrupt header (page size {page_size})", hint)
+    pages = int.from_bytes(head[28:32], "big")
+    header_size_valid = head[24:28] == head[92:96]  # SQLite: the page count is valid when these match
+    if header_size_valid and pages and size < pages * page_size and not _wal_has_frames(path):
+        raise StoreCorruptError(
+            f"experiment store {path} is truncated: {size} bytes where its header says {pages * page_size}", hint
+        )
+
+
+def store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
+    """The typed error for an SQLite failure: full disk, corrupt file, or anything else."""
+    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+    text = str(e)
+    if code == sqlite3.SQLITE_FULL or "disk is full" in text:
+        return StoreFullError(
+            f"the disk holding {path} is full: {doing} failed ({text})", FULL_HINT)
+    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in text or "not a database" in text:
+        return StoreCorruptError(f"experiment store {path} is corrupt: {doing} failed ({text})",
+                                 CORRUPT_HINT.format(path=path))
+    return StoreError(f"cannot {doing} experiment store {path}: {text}")
+
+
 class SqliteStore:
+    """``create=True`` makes a fresh store when the file does not exist (mode 0600, its directory 0700);
+    an existing file, whatever ``create`` says, is opened only if it is a valid nnix store: a schema is
+    never written into a file that is already there (a 0-byte or corrupt file is a clear error)."""
+
     def __init__(
         self,
         path: Path | str,
@@ -45,16 +111,47 @@ class SqliteStore:
     ) -> None:
         self.path = Path(path)
         self._clock = clock
-        if not create and not self.path.exists():
-            raise StoreError(f"no experiment store at {self.path}", "check the experiment id and directory")
+        fresh = False
+        if create and not self.path.exists():
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                fresh = True
+            except FileExistsError:
+                pass  # created meanwhile by another process: check it like any existing file
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise StoreFullError(f"the disk holding {self.path} is full: cannot create the store",
+                                         "free space on that file system and try again") from e
+                raise StoreError(f"cannot create experiment store {self.path}: {e}") from e
+        if not fresh:
+            check_store_file(self.path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-            self._db.executescript(SCHEMA)
         except sqlite3.Error as e:
-            raise StoreError(f"cannot open experiment store {self.path}: {e}") from e
+            raise store_error(e, self.path, "open") from e
+        try:
+            if fresh:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.executescript(SCHEMA)
+            else:
+                found = self._db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+                ).fetchone()
+                if found is None:
+                    raise StoreCorruptError(f"{self.path} is an SQLite database but not an nnix experiment store "
+                                            "(no events table)", CORRUPT_HINT.format(path=self.path))
+                self._db.execute("SELECT seq, ts, kind, trial_id, body FROM events LIMIT 0")
+                self._db.execute("PRAGMA journal_mode=WAL")  # already WAL: a no-op
+            self._db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        except (sqlite3.Error, StoreError) as e:
+            self._db.close()
+            if fresh:  # never leave a half-made store behind
+                for p in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+                    p.unlink(missing_ok=True)
+            if isinstance(e, StoreError):
+                raise
+            raise store_error(e, self.path, "open") from e
 
     def append(self, events: Sequence[Event]) -> list[Stored]:
         if not events:
@@ -76,7 +173,7 @@ class SqliteStore:
                 self._db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            raise StoreError(f"cannot write to experiment store {self.path}: {e}") from e
+            raise store_error(e, self.path, "write to") from e
         return out
 
     def read(self, since: int = 0, kinds: Collection[str] | None = None) -> list[Stored]:
@@ -91,7 +188,7 @@ class SqliteStore:
             while rows := cur.fetchmany(4096):  # decode in batches: never two copies of a big log
                 out.extend(Stored(seq, ts, decode(kind, body)) for seq, ts, kind, body in rows)
         except sqlite3.Error as e:
-            raise StoreError(f"cannot read experiment store {self.path}: {e}") from e
+            raise store_error(e, self.path, "read") from e
         return out
 
     def replay(self, state: ExperimentState) -> None:
@@ -109,14 +206,14 @@ class SqliteStore:
                     else:
                         state.apply(Stored(seq, ts, decode(kind, body)))
         except sqlite3.Error as e:
-            raise StoreError(f"cannot read experiment store {self.path}: {e}") from e
+            raise store_error(e, self.path, "read") from e
 
     def count(self, kind: str) -> int:
         """How many events of ``kind`` the log holds (a fast query for listings)."""
         try:
             row = self._db.execute("SELECT COUNT(*) FROM events WHERE kind = ?", (kind,)).fetchone()
         except sqlite3.Error as e:
-            raise StoreError(f"cannot read experiment store {self.path}: {e}") from e
+            raise store_error(e, self.path, "read") from e
         return int(row[0])
 
     def close(self) -> None:
