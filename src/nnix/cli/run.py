@@ -123,6 +123,8 @@ def progress_line(state: ExperimentState, now: float, width: int | None) -> str:
     )
     if width is None or len(full) < width:
         return full
+    seconds = int(state.elapsed(now))
+    elapsed = f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else elapsed
     shown = [c for i, c in enumerate(counts) if c[0] or i == 0]
     best_short = f"{value} ({best.trial_id})" if best and value else "-"
     forms = [
@@ -132,6 +134,9 @@ def progress_line(state: ExperimentState, now: float, width: int | None) -> str:
         + f" | best {best_short} | {elapsed}",
         f"{status} {total}: " + " ".join(f"{n} {short}" for n, _, short in shown)
         + f" | best {value or '-'} | {elapsed}",
+        f"{status} {total}: " + " ".join(f"{n} {short}" for n, _, short in shown) + f" | best {value or '-'}",
+        f"{status} {len(state.trials)}: " + " ".join(f"{n} {short}" for n, _, short in shown)
+        + f" | best {value or '-'}",
     ]
     for line in forms:
         if len(line) < width:
