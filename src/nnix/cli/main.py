@@ -319,35 +319,64 @@ def _fmt_time(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
+def _fmt_duration(start: float | None, end: float | None) -> str:
+    if start is None:
+        return "-"
+    s = int((end or time.time()) - start)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
 def _cell(value: str) -> str:
     return " ".join(value.split())  # one line per row, whatever a trial wrote
 
 
 def print_table(columns: list[str], rows: list[list[str]], title: str | None = None,
                 squeeze: tuple[str, ...] = ()) -> None:
-    """A table on stdout. On a terminal: fitted to its width, the ``squeeze`` columns cut with an
-    ellipsis. Otherwise (a pipe, a file): plain columns, nothing cut, so that scripts see every value."""
-    rows = [[_cell(c) for c in row] for row in rows]
-    if sys.stdout.isatty():
-        from rich.console import Console
-        from rich.table import Table
+    """A table on stdout, columns two spaces apart. On a terminal it fits the terminal's width: the
+    ``squeeze`` columns share what the others leave and are cut with an ellipsis. Otherwise (a pipe,
+    a file) nothing is cut, so that scripts see every value."""
+    import shutil
 
-        table = Table(title=title)
-        for col in columns:
-            if col in squeeze:
-                table.add_column(col, no_wrap=True, overflow="ellipsis", ratio=1)
-            else:
-                table.add_column(col, no_wrap=True)
-        for row in rows:
-            table.add_row(*row)
-        Console().print(table)
-        return
+    rows = [[_cell(c) for c in row] for row in rows]
     widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
-    lines = [] if title is None else [title]
-    for row in [columns, *rows]:
-        cells = [c.ljust(w) for c, w in zip(row[:-1], widths[:-1], strict=True)] + [row[-1]]
-        lines.append("  ".join(cells).rstrip())
-    typer.echo("\n".join(lines))
+    tty = sys.stdout.isatty()
+    if tty and squeeze:
+        room = shutil.get_terminal_size().columns - 1 - 2 * (len(columns) - 1) - sum(
+            w for c, w in zip(columns, widths, strict=True) if c not in squeeze)
+        share = _share(room, [w for c, w in zip(columns, widths, strict=True) if c in squeeze])
+        widths = [max(len(c), share.pop(0)) if c in squeeze else w for c, w in zip(columns, widths, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        out = []
+        for c, w in zip(cells, widths, strict=True):
+            out.append(c if len(c) <= w else c[: max(0, w - 1)] + "…")
+        return "  ".join(c.ljust(w) for c, w in zip(out, widths, strict=True)).rstrip()
+
+    if title is not None:
+        typer.echo(title)
+    header = line(columns)
+    typer.echo(typer.style(header, bold=True) if tty else header)
+    for row in rows:
+        typer.echo(line(row))
+
+
+def _share(room: int, wanted: list[int]) -> list[int]:
+    """Split ``room`` columns among cells that want ``wanted``: small ones get what they want, the rest
+    is split evenly among the larger ones."""
+    out = list(wanted)
+    left = sorted(range(len(wanted)), key=lambda i: wanted[i])
+    while left:
+        fair = max(0, room) // len(left)
+        i = left[0]
+        if wanted[i] <= fair:
+            out[i] = wanted[i]
+            room -= wanted[i]
+            left.pop(0)
+            continue
+        for j in left:
+            out[j] = fair
+        break
+    return out
 
 
 def _dump(data: Any) -> None:
@@ -382,15 +411,19 @@ def trial_ls(
 
         _dump([trial_info(t) for t in trials])
         return
+    # a terminal gets a duration instead of the start and end dates, to leave room for the reason
+    tty = sys.stdout.isatty()
     rows = []
     for t in trials:
         final = t.final
         reason = "" if t.status.value in ("SUCCEEDED", "RUNNING", "WAITING") else t.message
+        when = [_fmt_duration(t.started_at, t.ended_at)] if tty else [_fmt_time(t.started_at), _fmt_time(t.ended_at)]
         rows.append([
-            t.trial_id, str(t.sequence_id), t.status.value, _fmt_time(t.started_at), _fmt_time(t.ended_at),
+            t.trial_id, str(t.sequence_id), t.status.value, *when,
             "-" if final is None else json.dumps(final.value), json.dumps(t.params), reason or "-",
         ])
-    print_table(["trial", "no.", "status", "start", "end", "final", "parameters", "reason"], rows,
+    times = ["time"] if tty else ["start", "end"]
+    print_table(["trial", "no.", "status", *times, "final", "parameters", "reason"], rows,
                 title=f"experiment {eid} ({state.direction})", squeeze=("parameters", "reason"))
 
 
@@ -450,11 +483,15 @@ def experiment_list(
     if not rows:
         typer.echo("no experiments" + ("" if all_ else " running (--all lists every experiment)"))
         return
+    if sys.stdout.isatty():  # what fits a terminal (the url carries the port); a pipe gets every column
+        print_table(["id", "status", "trials", "url", "name", "message"],
+                    [[r["id"], r["status"], str(r["trials"]), r["url"] or "-", r["name"] or "-", r["message"] or "-"]
+                     for r in rows], squeeze=("name", "message"))
+        return
     print_table(
         ["id", "name", "status", "port", "url", "platform", "trials", "start", "end", "message"],
         [[r["id"], r["name"] or "-", r["status"], str(r["port"] or "-"), r["url"] or "-", r["platform"],
           str(r["trials"]), r["startTime"], r["endTime"], r["message"] or "-"] for r in rows],
-        squeeze=("message",),
     )
 
 
