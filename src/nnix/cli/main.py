@@ -81,14 +81,6 @@ def resolve_id(exp_id: str | None) -> str:
 # --- create / resume / view / stop ---------------------------------------------------------------
 
 
-EXIT_CODES_HELP = (
-    "Exit codes with --foreground: 0 the experiment ended and at least one trial succeeded; "
-    "1 nnix could not do it (e.g. the port is busy); 2 invalid config or flags; "
-    "3 the experiment ended in ERROR (the reason is printed); 4 it ended but no trial succeeded; "
-    "130 Ctrl-C (resume with `nnix resume ID`); 143 stopped from elsewhere (nnix stop, web UI)."
-)
-
-
 def _start(exp_id: str, action: str, port: int, foreground: bool, host: str = "127.0.0.1") -> None:
     from nnix.api.auth import TOKEN_FILE, token_for_bind
     from nnix.home import Registry, ui_url
