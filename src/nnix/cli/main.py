@@ -106,7 +106,8 @@ def _start(exp_id: str, action: str, port: int, foreground: bool, host: str = "1
     entry = Registry().get(exp_id)
     state = read_state(Path(entry.dir), summary=True)
     url = ui_url(host, state.manager_port or port, token)
-    typer.echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}: {url}")
+    typer.echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}.")
+    typer.echo(f"  Web UI / REST:  {url}")
     typer.echo(f"  Status:         nnix experiment status {exp_id}")
     typer.echo(f"  Stop:           nnix stop {exp_id}")
     if state.status.value == "ERROR" and action != "view":
@@ -549,7 +550,7 @@ def experiment_delete(
     """Delete stopped experiments: their directory and registry entry."""
     import shutil
 
-    from nnix.home import Registry, effective_status, read_state
+    from nnix.home import Registry, manager_alive, read_state, shown_status
 
     reg = Registry()
     if all_:
@@ -561,12 +562,13 @@ def experiment_delete(
     targets = []
     for e in entries:
         try:
-            status = effective_status(read_state(Path(e.dir), summary=True))
+            st = read_state(Path(e.dir), summary=True)
         except NnixError:
-            status = None
-        if status is not None and status.is_active:
+            st = None
+        if st is not None and manager_alive(st):  # running, or finished and still serving its web UI
             if not all_:
-                raise NnixError(f"experiment {e.id} is running", f"stop it first: nnix stop {e.id}")
+                raise NnixError(f"experiment {e.id} has a live manager ({shown_status(st)})",
+                                f"stop it first: nnix stop {e.id}")
             continue
         targets.append(e)
     if not targets:
