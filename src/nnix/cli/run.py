@@ -146,7 +146,7 @@ def progress_line(state: ExperimentState, now: float, width: int | None) -> str:
 
 def fit(text: str, width: int | None) -> str:
     """``text`` on one line of at most ``width - 1`` columns (an ellipsis marks a cut)."""
-    text = " ".join(text.split())
+    text = " " * (len(text) - len(text.lstrip(" "))) + " ".join(text.split())
     if width is None or len(text) < width:
         return text
     return text[: max(1, width - 2)] + "…"
@@ -217,7 +217,14 @@ class Progress:
 
         width = self._live.console.width if self._live is not None else None
         text = Text(progress_line(self.manager.state, time.time(), width), no_wrap=True, overflow="ellipsis")
-        return text
+        top = sorted(self._reasons.items(), key=lambda kv: -kv[1])[:3]
+        if not top:
+            return text
+        from rich.console import Group
+
+        # the failure reasons seen so far, with their counts, under the progress line
+        return Group(text, *(Text(fit(f"  {n}x {reason.splitlines()[0]}", width), no_wrap=True, overflow="ellipsis")
+                             for reason, n in top))
 
     def _emit(self, line: str) -> None:
         if self._live is not None:
