@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from nnix import Experiment
 from nnix.core.status import ExperimentStatus, TrialStatus
+from nnix.errors import NnixError
 from nnix.home import Registry, read_state
 
 TRIAL = "import nni\np = nni.get_next_parameter()\nnni.report_final_result(p['x'] ** 2)\n"
@@ -76,3 +80,32 @@ def test_best_follows_the_tuners_default_direction(tmp_path: Path) -> None:
     _, d = make_experiment(tmp_path / "b", searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
                            trialCommand="true", tuner={"name": "Evolution"})
     assert read_state(d).direction == "maximize"
+
+
+def test_experiment_run_says_when_no_trial_succeeded(tmp_path: Path) -> None:
+    (tmp_path / "trial.py").write_text("import nni\nnni.get_next_parameter()\nraise SystemExit(3)\n")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({
+        "searchSpace": {"x": {"_type": "choice", "_value": [1, 2]}}, "trialCommand": f"{sys.executable} trial.py",
+        "trialConcurrency": 2, "tuner": {"name": "GridSearch"}, "trainingService": {"platform": "local"},
+    }))
+    exp = Experiment(cfg)
+    assert exp.run(port=0) is False  # DONE, but every trial failed
+    assert exp.exit_code == 4  # as `nnix create --foreground`
+    assert read_state(Path(Registry().get(exp.id or "").dir)).status is ExperimentStatus.DONE
+
+
+def test_a_failed_experiment_run_leaves_nothing_behind(tmp_path: Path) -> None:
+    (tmp_path / "trial.py").write_text(TRIAL)
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({
+        "searchSpace": {"x": {"_type": "choice", "_value": [1]}}, "trialCommand": f"{sys.executable} trial.py",
+        "trialConcurrency": 1, "tuner": {"name": "GridSearch"}, "trainingService": {"platform": "local"},
+    }))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        exp = Experiment(cfg)
+        with pytest.raises(NnixError, match="is not idle"):
+            exp.run(port=s.getsockname()[1])
+    assert exp.id is None and Registry().all() == []

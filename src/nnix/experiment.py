@@ -18,8 +18,7 @@ from nnix.config import AlgorithmConfig, ExperimentConfig, LoadedConfig, config_
 from nnix.core.events import ExperimentCreated
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import fold
-from nnix.core.status import ExperimentStatus
-from nnix.errors import StoreError, TunerError
+from nnix.errors import NnixError, StoreError, TunerError
 from nnix.home import STORE_NAME, Entry, Registry
 from nnix.registry import Kind, resolve
 from nnix.services.base import ServiceContext, TrainingService
@@ -52,6 +51,30 @@ def create(loaded: LoadedConfig | ExperimentConfig, experiment_id: str | None = 
         Entry(exp_id, str(exp_dir), config.experiment_name, config.training_service.platform, time.time())
     )
     return exp_id, exp_dir
+
+
+def discard_unstarted(exp_id: str) -> bool:
+    """Remove an experiment that failed before creating any trial (its directory and registry
+    entry), so that a failed ``create`` leaves nothing behind. Returns whether it was removed."""
+    import shutil
+
+    from nnix.home import manager_alive, read_state, trial_count
+
+    registry = Registry()
+    try:
+        entry = registry.get(exp_id)
+    except NnixError:
+        return False
+    exp_dir = Path(entry.dir)
+    try:
+        state = read_state(exp_dir, summary=True)
+        if trial_count(exp_dir) or (manager_alive(state) and state.manager_pid != os.getpid()):
+            return False
+    except NnixError:
+        pass  # no readable store: nothing worth keeping
+    shutil.rmtree(exp_dir, ignore_errors=True)
+    registry.remove(entry.id)
+    return True
 
 
 SECRETS_FILE = "secrets.json"
@@ -165,23 +188,40 @@ class Experiment:
         self.config = config.config if isinstance(config, LoadedConfig) else config
         self.id = id
         self._daemon_pid: int | None = None
+        self.exit_code: int | None = None
 
     def run(self, port: int = 8080, wait_completion: bool = True, debug: bool = False) -> bool:
-        """Run in this process until DONE (True) or ERROR/STOPPED (False)."""
+        """Run in this process until the experiment ends. True when it ended normally with at least one
+        succeeded trial; ``self.exit_code`` says more, with the values of ``nnix create --foreground``:
+        0 that success, 3 ERROR, 4 no trial succeeded, 130 Ctrl-C, 143 stopped from elsewhere
+        (NNI returns True for a stopped run and for one whose every trial failed)."""
         from nnix.cli.run import run_manager
 
+        created = self.id is None
         if self.id is None:
             self.id, _ = create(self.config, None)
-        status = run_manager(self.id, "create", port=port, live=False)
-        return status is ExperimentStatus.DONE
+        try:
+            outcome = run_manager(self.id, "create", port=port, live=False)
+        except NnixError:
+            if created and discard_unstarted(self.id):
+                self.id = None
+            raise
+        self.exit_code = outcome.exit_code
+        return self.exit_code == 0
 
     def start(self, port: int = 8080, debug: bool = False) -> str:
         """Start a background manager (a daemon) and return the experiment id."""
         from nnix.cli.run import spawn_daemon
 
+        created = self.id is None
         if self.id is None:
             self.id, _ = create(self.config, None)
-        self._daemon_pid = spawn_daemon(self.id, "create", port)
+        try:
+            self._daemon_pid = spawn_daemon(self.id, "create", port)
+        except NnixError:
+            if created and discard_unstarted(self.id):
+                self.id = None
+            raise
         return self.id
 
     def stop(self) -> None:

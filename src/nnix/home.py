@@ -255,12 +255,121 @@ def tighten_permissions(exp_dir: Path) -> list[str]:
     return changed
 
 
+def process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started (epoch seconds, ~1 s precision), or None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def manager_alive(state: ExperimentState) -> bool:
+    """Whether the experiment's last manager process still runs, whatever the experiment's status
+    (a finished background manager keeps serving, as NNI's does). A pid reused by a process that
+    started after that manager recorded its start is not it."""
+    pid = state.manager_pid
+    if not pid_alive(pid):
+        return False
+    assert pid is not None
+    started = process_started_at(pid)
+    if started is None or state.manager_started_at is None:
+        return True
+    return started <= state.manager_started_at + 2.0
+
+
 def effective_status(state: ExperimentState) -> ExperimentStatus:
     """The recorded status, except that an active status whose manager died reads STOPPED (as NNI)."""
-    if state.status.is_active and not pid_alive(state.manager_pid):
+    if state.status.is_active and not manager_alive(state):
         return ExperimentStatus.STOPPED
     return state.status
 
+
+def shown_status(state: ExperimentState) -> str:
+    """The status users see: :func:`effective_status`, VIEWED while a read-only manager serves it."""
+    if state.manager_action == "view" and manager_alive(state):
+        return ExperimentStatus.VIEWED.value
+    return effective_status(state).value
+
+
+def ui_url(host: str, port: int | str, token: str | None = None) -> str:
+    """The web UI's address for a manager bound to ``host:port``."""
+    import socket
+
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+
+
+@dataclass
+class LiveManager:
+    entry: Entry
+    state: ExperimentState
+
+
+def live_managers(registry: Registry | None = None) -> list[LiveManager]:
+    """Every registered experiment whose manager process is alive (any status), oldest first."""
+    out = []
+    for e in sorted((registry or Registry()).all(), key=lambda e: e.created):
+        try:
+            st = read_state(Path(e.dir), summary=True)
+        except Exception:  # a deleted, unreadable or foreign experiment: not a live manager
+            continue
+        if manager_alive(st):
+            out.append(LiveManager(e, st))
+    return out
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    return inodes
+
+
+def _pids_holding(inodes: set[str]) -> list[int]:
+    wanted = {f"socket:[{i}]" for i in inodes}
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in wanted for fd in (d / "fd").iterdir()):
+                pids.append(int(d.name))
+        except OSError:  # another user's process, or gone
+            continue
+    return sorted(pids)
+
+
+def port_holder(port: int) -> str | None:
+    """Who listens on ``port`` here, in words: an experiment's manager (from the registry), else a
+    process (from /proc), else None when nothing can be told."""
+    for m in live_managers():
+        if m.state.manager_port == port:
+            return (f"experiment {m.entry.id} ({shown_status(m.state)}, manager pid {m.state.manager_pid}); "
+                    f"stop it with `nnix stop {m.entry.id}`")
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    for pid in _pids_holding(inodes):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = ""
+        return f"process {pid}" + (f" ({cmd[:120]})" if cmd else "")
+    return "a process of another user"
 
 
 

@@ -177,7 +177,7 @@ def kill(ctx: ApiContext, tid: str) -> bool:
 
 def experiments_info(self_id: str) -> list[dict[str, Any]]:
     """The registry of this machine in NNI's shape; a crashed experiment reads STOPPED."""
-    from nnix.home import Registry, effective_status, pid_alive, read_state
+    from nnix.home import Registry, manager_alive, read_state, shown_status
 
     out = []
     for e in sorted(Registry().all(), key=lambda e: e.created):
@@ -185,11 +185,8 @@ def experiments_info(self_id: str) -> list[dict[str, Any]]:
             st = read_state(Path(e.dir), summary=True)
         except Exception:  # a deleted, unreadable or foreign experiment: not listed, never a failure
             continue
-        alive = pid_alive(st.manager_pid)
-        status = effective_status(st).value
-        if alive and st.manager_action == "view":
-            status = "VIEWED"
-        serving = alive and (status == "VIEWED" or effective_status(st).is_active or e.id == self_id)
+        status = shown_status(st)
+        serving = manager_alive(st)  # any status: a finished experiment's manager still serves its port
         host = st.manager_host if st.manager_host not in ("0.0.0.0", "") else "127.0.0.1"
         out.append({
             "id": e.id,

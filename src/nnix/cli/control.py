@@ -14,7 +14,16 @@ from typing import Any
 from nnix.core.events import StatusChanged
 from nnix.core.status import ExperimentStatus
 from nnix.errors import ManagerUnreachableError, NnixError
-from nnix.home import STORE_NAME, Registry, manager_error_text, pid_alive, read_manager_error, read_state
+from nnix.home import (
+    STORE_NAME,
+    Registry,
+    manager_alive,
+    manager_error_text,
+    pid_alive,
+    read_manager_error,
+    read_state,
+    shown_status,
+)
 from nnix.store.sqlite import SqliteStore
 
 
@@ -60,27 +69,33 @@ def manager_call(exp_id: str, path: str, method: str = "GET", body: Any = None) 
 
     exp_dir = Path(Registry().get(exp_id).dir)
     state = read_state(exp_dir, summary=True)
-    if not pid_alive(state.manager_pid) or state.manager_port is None:
+    if not manager_alive(state) or state.manager_port is None:
         raise ManagerUnreachableError(f"experiment {exp_id} is not running", f"resume it first: nnix resume {exp_id}")
     return rest_call(state.manager_port, path, method, body, host=connect_host(state.manager_host),
                      token=read_token(exp_dir))
 
 
 def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
-    """Stop an experiment's manager (SIGTERM, as NNI). A manager that died is recorded STOPPED."""
+    """Stop an experiment's manager, whatever its status (SIGTERM, as NNI): a running experiment's
+    trials are canceled; a finished (DONE, ERROR) or viewed one's manager stops serving. A manager
+    that died while its experiment was active is recorded STOPPED."""
     entry = Registry().get(exp_id)
     exp_dir = Path(entry.dir)
     state = read_state(exp_dir, summary=True)
     pid = state.manager_pid
-    if (pid_alive(pid) and state.status.is_active) or (pid_alive(pid) and state.status is ExperimentStatus.DONE):
+    if manager_alive(state):
         assert pid is not None
+        was = shown_status(state)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         if pid_alive(pid):
             raise NnixError(f"experiment {entry.id} did not stop within {timeout:.0f} s", f"kill -9 {pid}")
-        return f"experiment {entry.id} stopped"
+        if state.status.is_active:
+            return f"experiment {entry.id} stopped"
+        port = f" on port {state.manager_port}" if state.manager_port else ""
+        return f"experiment {entry.id} ({was}): its manager{port} stopped"
     if state.status.is_active:
         error = read_manager_error(exp_dir)
         why = manager_error_text(error) if error is not None else "the manager was no longer running"
@@ -90,7 +105,7 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
         finally:
             store.close()
         return f"experiment {entry.id} was not running (its manager had died); marked STOPPED"
-    return f"experiment {entry.id} is not running ({state.status.value})"
+    return f"experiment {entry.id} is not running ({state.status.value}; no manager serves it)"
 
 
 def running_port(exp_id: str) -> int:

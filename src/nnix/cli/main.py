@@ -62,19 +62,15 @@ def _root(
 
 
 def resolve_id(exp_id: str | None) -> str:
-    """NNI's rule: an id or unique prefix; if omitted, the single running experiment."""
-    from nnix.home import Registry, effective_status, read_state
+    """NNI's rule: an id or unique prefix; if omitted, the single running experiment (else the single
+    experiment whose manager is alive, e.g. a finished one still serving its web UI)."""
+    from nnix.home import Registry, effective_status, live_managers
 
     reg = Registry()
     if exp_id:
         return reg.get(exp_id).id
-    running = []
-    for e in reg.all():
-        try:
-            if effective_status(read_state(Path(e.dir), summary=True)).is_active:
-                running.append(e.id)
-        except NnixError:
-            continue
+    live = live_managers(reg)
+    running = [m.entry.id for m in live if effective_status(m.state).is_active] or [m.entry.id for m in live]
     if len(running) == 1:
         return running[0]
     if not running:
@@ -85,43 +81,39 @@ def resolve_id(exp_id: str | None) -> str:
 # --- create / resume / view / stop ---------------------------------------------------------------
 
 
-def _ui_url(host: str, port: int | str, token: str | None) -> str:
-    import socket
-
-    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
-
-
 def _start(exp_id: str, action: str, port: int, foreground: bool, host: str = "127.0.0.1") -> None:
     from nnix.api.auth import TOKEN_FILE, token_for_bind
-    from nnix.home import Registry
+    from nnix.home import Registry, ui_url
 
     exp_dir = Path(Registry().get(exp_id).dir)
     token = token_for_bind(exp_dir, host)
+    if foreground:
+        from nnix.cli.run import run_manager
+
+        try:
+            outcome = run_manager(exp_id, action, port=port, live=True, host=host)
+        except KeyboardInterrupt:  # before the manager took over the signals
+            typer.echo(f"\nInterrupted. Resume with: nnix resume {exp_id}")
+            raise typer.Exit(130) from None
+        raise typer.Exit(outcome.exit_code)
     if token:
         typer.echo(f"Listening on {host}: every REST call needs the experiment's token (the link below carries it; "
                    f"the nnix CLI reads it from {exp_dir / TOKEN_FILE}).")
-    if foreground:
-        if token:
-            typer.echo(f"  Web UI: {_ui_url(host, port, token)}" if port else f"  Token: {token}")
-        from nnix.cli.run import run_manager
-        from nnix.core.status import ExperimentStatus
-
-        status = run_manager(exp_id, action, port=port, live=True, host=host)
-        typer.echo(f"experiment {exp_id}: {status.value}")
-        if status is ExperimentStatus.ERROR:
-            raise typer.Exit(1)
-        return
-    from nnix.cli.run import spawn_daemon
+    from nnix.cli.run import EXIT_ERROR, spawn_daemon
     from nnix.home import read_state
 
     spawn_daemon(exp_id, action, port, host=host, fork=True)
     entry = Registry().get(exp_id)
     state = read_state(Path(entry.dir), summary=True)
+    url = ui_url(host, state.manager_port or port, token)
     typer.echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}.")
-    typer.echo(f"  Web UI / REST:  {_ui_url(host, state.manager_port or port, token)}")
+    typer.echo(f"  Web UI / REST:  {url}")
     typer.echo(f"  Status:         nnix experiment status {exp_id}")
     typer.echo(f"  Stop:           nnix stop {exp_id}")
+    if state.status.value == "ERROR" and action != "view":
+        err(f"error: experiment {exp_id} is in ERROR: {state.message}")
+        typer.secho(f"  its manager still serves {url} until `nnix stop {exp_id}`", err=True)
+        raise typer.Exit(EXIT_ERROR)
 
 
 @app.command()
@@ -136,7 +128,12 @@ def create(
     url_prefix: Annotated[str | None, typer.Option("--url_prefix", "--url-prefix", "-u", hidden=True)] = None,
     experiment_id: Annotated[str | None, typer.Option("--id", help="Use this experiment id.")] = None,
 ) -> None:
-    """Create an experiment from a config file and start it."""
+    """Create an experiment from a config file and start it (in the background unless --foreground).
+
+    Exit codes with --foreground: 0 the experiment ended and at least one trial succeeded; 1 nnix
+    could not do it (e.g. the port is busy); 2 invalid config or flags; 3 the experiment ended in
+    ERROR (the reason is printed); 4 it ended but no trial succeeded; 130 Ctrl-C (resume it with
+    `nnix resume ID`); 143 stopped from elsewhere (nnix stop, the web UI)."""
     from nnix.config import load_config
     from nnix.experiment import create as create_experiment
 
@@ -149,15 +146,24 @@ def create(
     if url_prefix:
         typer.secho("warning: --url_prefix is ignored by nnix", err=True, fg=typer.colors.YELLOW)
     exp_id, _ = create_experiment(loaded, experiment_id)
-    _start(exp_id, "create", port, foreground, host)
+    try:
+        _start(exp_id, "create", port, foreground, host)
+    except NnixError:
+        from nnix.experiment import discard_unstarted
+
+        discard_unstarted(exp_id)  # a failed create leaves nothing behind
+        raise
 
 
 def _ensure_not_running(exp_id: str) -> None:
-    from nnix.home import Registry, pid_alive, read_state
+    from nnix.home import Registry, manager_alive, read_state, shown_status
 
     state = read_state(Path(Registry().get(exp_id).dir), summary=True)
-    if pid_alive(state.manager_pid) and state.manager_action != "view":
-        raise NnixError(f"experiment {exp_id} is already running (pid {state.manager_pid})", f"nnix stop {exp_id}")
+    if manager_alive(state) and state.manager_action != "view":
+        raise NnixError(
+            f"experiment {exp_id} has a live manager ({shown_status(state)}, pid {state.manager_pid}, "
+            f"port {state.manager_port})", f"stop it first: nnix stop {exp_id}",
+        )
 
 
 @app.command()
@@ -169,7 +175,10 @@ def resume(
     foreground: Annotated[bool, typer.Option("--foreground", "-f")] = False,
     experiment_dir: Annotated[Path | None, typer.Option("--experiment_dir", "--experiment-dir", "-e")] = None,
 ) -> None:
-    """Resume a stopped (or crashed) experiment: ids, sequence numbers and tuner history continue."""
+    """Resume a stopped (or crashed) experiment: ids, sequence numbers and tuner history continue.
+
+    Exit codes with --foreground: as `nnix create --foreground` (0 success, 3 ERROR, 4 no trial
+    succeeded, 130 Ctrl-C, 143 stopped from elsewhere)."""
     exp_id = _adopt(experiment_id, experiment_dir)
     _ensure_not_running(exp_id)
     _start(exp_id, "resume", port, foreground, host)
@@ -205,24 +214,20 @@ def view(
 @app.command()
 def stop(
     experiment_id: IdArg = None,
-    all_: Annotated[bool, typer.Option("--all", "-a", help="Stop every running experiment.")] = False,
+    all_: Annotated[bool, typer.Option("--all", "-a", help="Stop every live experiment manager.")] = False,
     port: Annotated[int | None, typer.Option("--port", "-p", help="Stop the experiment on this port.")] = None,
 ) -> None:
-    """Stop an experiment: its trials are canceled, its state is kept for resume."""
+    """Stop an experiment's manager, whatever its status: a running experiment's trials are canceled
+    and its state is kept for resume; a finished (DONE, ERROR) or viewed one stops serving its web UI."""
     from nnix.cli.control import stop_experiment
-    from nnix.home import Registry, effective_status, pid_alive, read_state
+    from nnix.home import live_managers
 
     if experiment_id == "all":
         raise NnixError("`nnix stop all` is ambiguous", "use `nnix stop --all`")
     if all_ or port is not None:
-        ids = []
-        for e in Registry().all():
-            st = read_state(Path(e.dir), summary=True)
-            running = effective_status(st).is_active or (st.manager_action == "view" and pid_alive(st.manager_pid))
-            if running and (port is None or st.manager_port == port):
-                ids.append(e.id)
+        ids = [m.entry.id for m in live_managers() if port is None or m.state.manager_port == port]
         if not ids:
-            typer.echo("no experiment is running" + (f" on port {port}" if port else ""))
+            typer.echo("no experiment manager is running" + (f" on port {port}" if port else ""))
             return
     else:
         ids = [resolve_id(experiment_id)]
@@ -316,40 +321,113 @@ def _fmt_time(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
+def _fmt_duration(start: float | None, end: float | None) -> str:
+    if start is None:
+        return "-"
+    s = int((end or time.time()) - start)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _cell(value: str) -> str:
+    return " ".join(value.split())  # one line per row, whatever a trial wrote
+
+
+def print_table(columns: list[str], rows: list[list[str]], title: str | None = None,
+                squeeze: tuple[str, ...] = ()) -> None:
+    """A table on stdout, columns two spaces apart. On a terminal it fits the terminal's width: the
+    ``squeeze`` columns share what the others leave and are cut with an ellipsis. Otherwise (a pipe,
+    a file) nothing is cut, so that scripts see every value."""
+    import shutil
+
+    rows = [[_cell(c) for c in row] for row in rows]
+    widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
+    tty = sys.stdout.isatty()
+    if tty and squeeze:
+        room = shutil.get_terminal_size().columns - 1 - 2 * (len(columns) - 1) - sum(
+            w for c, w in zip(columns, widths, strict=True) if c not in squeeze)
+        share = _share(room, [w for c, w in zip(columns, widths, strict=True) if c in squeeze])
+        widths = [max(len(c), share.pop(0)) if c in squeeze else w for c, w in zip(columns, widths, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        out = []
+        for c, w in zip(cells, widths, strict=True):
+            out.append(c if len(c) <= w else c[: max(0, w - 1)] + "…")
+        return "  ".join(c.ljust(w) for c, w in zip(out, widths, strict=True)).rstrip()
+
+    if title is not None:
+        typer.echo(title)
+    header = line(columns)
+    typer.echo(typer.style(header, bold=True) if tty else header)
+    for row in rows:
+        typer.echo(line(row))
+
+
+def _share(room: int, wanted: list[int]) -> list[int]:
+    """Split ``room`` columns among cells that want ``wanted``: small ones get what they want, the rest
+    is split evenly among the larger ones."""
+    out = list(wanted)
+    left = sorted(range(len(wanted)), key=lambda i: wanted[i])
+    while left:
+        fair = max(0, room) // len(left)
+        i = left[0]
+        if wanted[i] <= fair:
+            out[i] = wanted[i]
+            room -= wanted[i]
+            left.pop(0)
+            continue
+        for j in left:
+            out[j] = fair
+        break
+    return out
+
+
+def _dump(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _best_first(trials: list[Any], direction: str) -> list[Any]:
+    """Trials with a final result, best first for the experiment's optimize mode."""
+    scored = [t for t in trials if t.final_value is not None]
+    return sorted(scored, key=lambda t: t.final_value, reverse=direction != "minimize")
+
+
 @trial_app.command("ls")
 def trial_ls(
     experiment_id: IdArg = None,
-    head: Annotated[int | None, typer.Option("--head", help="Top N by the default metric.")] = None,
-    tail: Annotated[int | None, typer.Option("--tail", help="Bottom N by the default metric.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="NNI's JSON shape.")] = False,
+    head: Annotated[int | None, typer.Option("--head", help="The N best trials (by the default metric and the "
+                                             "experiment's optimize mode), best first.")] = None,
+    tail: Annotated[int | None, typer.Option("--tail", help="The N worst trials, worst last.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="NNI's JSON shape (a list of trial jobs).")] = False,
 ) -> None:
-    """List an experiment's trials (works on stopped experiments too)."""
+    """List an experiment's trials (works on stopped experiments too), with why each one failed or
+    stopped. Piped, the table is plain and nothing is cut."""
     if head is not None and tail is not None:
         raise NnixError("--head and --tail are mutually exclusive")
     eid, state = _state(experiment_id)
     _warn_halted(eid)
     trials = list(state.trials.values())
     if head is not None or tail is not None:
-        scored = sorted((t for t in trials if t.final_value is not None), key=lambda t: t.final_value, reverse=True)
-        trials = scored[:head] if head is not None else scored[-(tail or 0) :]
+        ranked = _best_first(trials, state.direction)
+        trials = ranked[:head] if head is not None else ranked[max(0, len(ranked) - (tail or 0)):]
     if as_json:
         from nnix.api.app import trial_info
 
-        typer.echo(json.dumps([trial_info(t) for t in trials], indent=2))
+        _dump([trial_info(t) for t in trials])
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"experiment {eid}")
-    for col in ("trial", "no.", "status", "start", "end", "final", "parameters"):
-        table.add_column(col)
+    # a terminal gets a duration instead of the start and end dates, to leave room for the reason
+    tty = sys.stdout.isatty()
+    rows = []
     for t in trials:
         final = t.final
-        table.add_row(
-            t.trial_id, str(t.sequence_id), t.status.value, _fmt_time(t.started_at), _fmt_time(t.ended_at),
-            "-" if final is None else json.dumps(final.value), json.dumps(t.params),
-        )
-    Console().print(table)
+        reason = "" if t.status.value in ("SUCCEEDED", "RUNNING", "WAITING") else t.message
+        when = [_fmt_duration(t.started_at, t.ended_at)] if tty else [_fmt_time(t.started_at), _fmt_time(t.ended_at)]
+        rows.append([
+            t.trial_id, str(t.sequence_id), t.status.value, *when,
+            "-" if final is None else json.dumps(final.value), json.dumps(t.params), reason or "-",
+        ])
+    times = ["time"] if tty else ["start", "end"]
+    print_table(["trial", "no.", "status", *times, "final", "parameters", "reason"], rows,
+                title=f"experiment {eid} ({state.direction})", squeeze=("parameters", "reason"))
 
 
 @trial_app.command("kill")
@@ -368,18 +446,11 @@ def trial_kill(
 # --- experiments -------------------------------------------------------------------------------
 
 
-@experiment_app.command("list")
-def experiment_list(all_: Annotated[bool, typer.Option("--all", help="Include stopped experiments.")] = False) -> None:
-    """List experiments on this machine."""
-    from rich.console import Console
-    from rich.table import Table
+def _experiment_rows(all_: bool) -> list[dict[str, Any]]:
+    from nnix.api.auth import read_token
+    from nnix.home import Registry, manager_alive, read_state, shown_status, trial_count, ui_url
 
-    from nnix.home import Registry, effective_status, read_state, trial_count
-
-    table = Table()
-    for col in ("id", "name", "status", "port", "platform", "trials", "start", "end"):
-        table.add_column(col)
-    shown = 0
+    out = []
     for e in sorted(Registry().all(), key=lambda e: e.created):
         try:
             st = read_state(Path(e.dir), summary=True)
@@ -388,18 +459,45 @@ def experiment_list(all_: Annotated[bool, typer.Option("--all", help="Include st
             if all_:
                 typer.secho(f"warning: experiment {e.id}: {ex.message}", err=True, fg=typer.colors.YELLOW)
             continue
-        status = effective_status(st)
-        if not all_ and not status.is_active:
+        alive = manager_alive(st)
+        if not all_ and not alive:
             continue
-        shown += 1
-        table.add_row(
-            e.id, e.name or "-", status.value, str(st.manager_port or "-") if status.is_active else "-", e.platform,
-            str(n_trials), _fmt_time(st.created_at), _fmt_time(st.end_time),
-        )
-    if shown == 0:
-        typer.echo("no experiments" + ("" if all_ else " running (--all shows stopped ones)"))
+        port = st.manager_port if alive else None
+        url = ui_url(st.manager_host or "127.0.0.1", port, read_token(Path(e.dir)) if st.manager_host not in
+                     ("127.0.0.1", "localhost", "::1") else None) if port else None
+        out.append({
+            "id": e.id, "name": e.name, "status": shown_status(st), "message": st.message,
+            "port": port, "url": url, "pid": st.manager_pid if alive else None, "platform": e.platform,
+            "trials": n_trials, "startTime": _fmt_time(st.created_at), "endTime": _fmt_time(st.end_time),
+            "dir": e.dir,
+        })
+    return out
+
+
+@experiment_app.command("list")
+def experiment_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include experiments whose manager is not running.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON list.")] = False,
+) -> None:
+    """List experiments whose manager is alive, whatever their status (a finished experiment's manager
+    keeps serving its web UI and its port until `nnix stop`); --all lists every experiment."""
+    rows = _experiment_rows(all_)
+    if as_json:
+        _dump(rows)
         return
-    Console().print(table)
+    if not rows:
+        typer.echo("no experiments" + ("" if all_ else " running (--all lists every experiment)"))
+        return
+    if sys.stdout.isatty():  # what fits a terminal (the url carries the port); a pipe gets every column
+        print_table(["id", "status", "trials", "url", "name", "message"],
+                    [[r["id"], r["status"], str(r["trials"]), r["url"] or "-", r["name"] or "-", r["message"] or "-"]
+                     for r in rows], squeeze=("name", "message"))
+        return
+    print_table(
+        ["id", "name", "status", "port", "url", "platform", "trials", "start", "end", "message"],
+        [[r["id"], r["name"] or "-", r["status"], str(r["port"] or "-"), r["url"] or "-", r["platform"],
+          str(r["trials"]), r["startTime"], r["endTime"], r["message"] or "-"] for r in rows],
+    )
 
 
 @experiment_app.command("show")
@@ -421,14 +519,38 @@ def experiment_show(experiment_id: IdArg = None) -> None:
 
 
 @experiment_app.command("status")
-def experiment_status(experiment_id: IdArg = None) -> None:
-    """Show an experiment's status and progress."""
-    from nnix.cli.run import summary_line
-    from nnix.home import effective_status
+def experiment_status(
+    experiment_id: IdArg = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object (status, reason, manager, counts, best).")]
+    = False,
+) -> None:
+    """Show an experiment's status, why it is in ERROR (if it is), its manager and progress."""
+    from collections import Counter
 
-    _, st = _state(experiment_id)
-    typer.echo(json.dumps({"status": effective_status(st).value, "errors": st.errors, "message": st.message}))
+    from nnix.cli.run import summary_line
+    from nnix.home import manager_alive, shown_status
+
+    eid, st = _state(experiment_id)
+    status = shown_status(st)
+    if as_json:
+        best = st.best_trial()
+        alive = manager_alive(st)
+        _dump({
+            "id": eid, "status": status, "message": st.message, "errors": st.errors,
+            "manager": {"alive": alive, "pid": st.manager_pid if alive else None,
+                        "port": st.manager_port if alive else None},
+            "trials": dict(Counter(t.status.value for t in st.trials.values())),
+            "best": None if best is None else {"trialJobId": best.trial_id, "sequenceId": best.sequence_id,
+                                               "value": best.final_value, "parameters": best.params},
+            "optimizeMode": st.direction, "elapsed": round(st.elapsed(time.time() if st.counting else None), 1),
+        })
+        return
+    typer.echo(json.dumps({"status": status, "errors": st.errors, "message": st.message}))
     typer.echo(summary_line(st, time.time()))
+    if status == "ERROR":
+        typer.echo(f"reason: {st.message}")
+    if manager_alive(st):
+        typer.echo(f"manager: pid {st.manager_pid}, port {st.manager_port} (stop it: nnix stop {eid})")
 
 
 @experiment_app.command("delete")
@@ -440,7 +562,7 @@ def experiment_delete(
     """Delete stopped experiments: their directory and registry entry."""
     import shutil
 
-    from nnix.home import Registry, effective_status, read_state
+    from nnix.home import Registry, manager_alive, read_state, shown_status
 
     reg = Registry()
     if all_:
@@ -452,12 +574,13 @@ def experiment_delete(
     targets = []
     for e in entries:
         try:
-            status = effective_status(read_state(Path(e.dir), summary=True))
+            st = read_state(Path(e.dir), summary=True)
         except NnixError:
-            status = None
-        if status is not None and status.is_active:
+            st = None
+        if st is not None and manager_alive(st):  # running, or finished and still serving its web UI
             if not all_:
-                raise NnixError(f"experiment {e.id} is running", f"stop it first: nnix stop {e.id}")
+                raise NnixError(f"experiment {e.id} has a live manager ({shown_status(st)})",
+                                f"stop it first: nnix stop {e.id}")
             continue
         targets.append(e)
     if not targets:
@@ -629,21 +752,16 @@ def top(interval: Annotated[float, typer.Option("--time", "-t", help="Refresh se
 
 
 @algo_app.command("list")
-def algo_list() -> None:
+def algo_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list.")] = False) -> None:
     """List the tuners and assessors that configs can name (entry points nnix.tuners / nnix.assessors)."""
-    from rich.console import Console
-    from rich.table import Table
+    from nnix.cli.algo import algo_list as algorithms
+    from nnix.cli.algo import source_of
 
-    from nnix.registry import available
-
-    table = Table()
-    for col in ("name", "type", "source", "class"):
-        table.add_column(col)
-    for kind in ("tuner", "assessor"):
-        for name, value in sorted(available(kind).items()):
-            source = "nnix" if value.startswith("nnix.") else "user"
-            table.add_row(name, kind, source, value)
-    Console().print(table)
+    found = algorithms()
+    if as_json:
+        _dump([{"name": n, "type": k, "source": source_of(v), "class": v} for n, k, v in found])
+        return
+    print_table(["name", "type", "source", "class"], [[n, k, source_of(v), v] for n, k, v in found])
 
 
 def main() -> None:

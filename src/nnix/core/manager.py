@@ -532,9 +532,10 @@ class ExperimentManager:
                 self._process_inbox()
                 self._update_status()
                 st = self.state.status
-                if self._exit_when_done and (
-                    st is ExperimentStatus.DONE or (st is ExperimentStatus.ERROR and not self.state.active_trials)
-                ):
+                # in ERROR no trial starts: waiting ones stay WAITING (a resume starts them), running ones end
+                if self._exit_when_done and (st is ExperimentStatus.DONE or (
+                    st is ExperimentStatus.ERROR and not self.state.count(TrialStatus.RUNNING)
+                )):
                     break
                 now = self.clock()
                 if now - last_beat >= self._heartbeat and self.state.counting:
@@ -580,6 +581,8 @@ class ExperimentManager:
     async def _stop(self) -> None:
         if self.state.status is ExperimentStatus.DONE and not self.state.active_trials:
             return  # a finished experiment stays DONE
+        if self.state.status is ExperimentStatus.ERROR and not self.state.count(TrialStatus.RUNNING):
+            return  # and one in ERROR keeps its reason (its waiting trials stay for a resume)
         log.info("stop requested: canceling %d active trials", len(self.state.active_trials))
         self._set_status(ExperimentStatus.STOPPING, "stop requested")
         for t in self.state.active_trials:

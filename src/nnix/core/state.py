@@ -107,6 +107,7 @@ class ExperimentState:
     manager_port: int | None = None
     manager_host: str = "127.0.0.1"
     manager_action: str | None = None
+    manager_started_at: float | None = None  # when the last manager recorded its start (pid reuse check)
     # elapsed time: closed sessions plus the open one (start, last event time)
     closed_elapsed: float = 0.0
     session_start: float | None = None
@@ -168,6 +169,7 @@ class ExperimentState:
             self._close_session()
             self.manager_pid, self.manager_port, self.manager_host = e.pid, e.port, e.host
             self.manager_action = e.action
+            self.manager_started_at = ts
             self.session_start = self.session_last = ts
             self.counting = e.action != "view"
         elif isinstance(e, ManagerHeartbeat):
