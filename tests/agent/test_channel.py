@@ -76,8 +76,8 @@ def test_corrupt_and_blank_lines_are_skipped_but_counted(tmp_path: Path, caplog:
     with caplog.at_level(logging.WARNING, logger="nnix.agent.channel"):
         got = MetricReader(path).read_new()
     assert [(i, r["sequence"]) for i, r in got] == [(0, 0), (4, 1)]
-    assert "line 1 is not valid JSON" in caplog.text
-    assert "line 3 is not a JSON object" in caplog.text
+    assert "line 1 skipped: not valid JSON" in caplog.text
+    assert "line 3 skipped: not a JSON object" in caplog.text
 
 
 def test_nan_literals_are_read(tmp_path: Path) -> None:
