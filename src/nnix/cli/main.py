@@ -331,14 +331,18 @@ def trial_ls(
     from rich.table import Table
 
     table = Table(title=f"experiment {eid}")
-    for col in ("trial", "no.", "status", "start", "end", "final", "parameters"):
+    warned = any(t.warning_count for t in trials)
+    for col in ("trial", "no.", "status", "start", "end", "final", "parameters", *(("warnings",) if warned else ())):
         table.add_column(col)
     for t in trials:
         final = t.final
-        table.add_row(
+        row = [
             t.trial_id, str(t.sequence_id), t.status.value, _fmt_time(t.started_at), _fmt_time(t.ended_at),
             "-" if final is None else json.dumps(final.value), json.dumps(t.params),
-        )
+        ]
+        if warned:  # bad metric lines skipped, leftover processes killed: the latest message and how many
+            row.append("-" if not t.warning_count else f"{t.warning_count}: {t.warnings[-1]}")
+        table.add_row(*row)
     Console().print(table)
 
 

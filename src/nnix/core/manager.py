@@ -252,9 +252,8 @@ class ExperimentManager:
             message = f"{n} not recorded ({lines}{'; ...' if bad_count > 3 else ''})"
             log.warning("trial %s: %s", ev.trial_id, message)
             self.record(TrialWarning(ev.trial_id, "metrics", message, bad_count, bad_last))
-        if out:
-            if self.assessor is not None and any(m.type is MetricType.PERIODICAL for m in out):
-                self._assess(ev.trial_id)
+        if out and self.assessor is not None and any(m.type is MetricType.PERIODICAL for m in out):
+            self._assess(ev.trial_id)
 
     def _assess(self, trial_id: str) -> None:
         t = self.state.trials[trial_id]
