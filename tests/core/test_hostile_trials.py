@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import pytest
 
-from nnix.agent.containment import MODE_ENV, _cgroup_parent
 from nnix.agent.runner import Metrics
 from nnix.api.app import create_app
 from nnix.core.events import TrialCreated, TrialStarted
@@ -29,6 +28,13 @@ from nnix.home import read_state
 from nnix.testing.experiments import detach_when, make_experiment, manager_for, run_experiment
 
 PY = sys.executable
+MODE_ENV = "NNIX_CONTAINMENT"
+
+
+def _cgroups_here() -> bool:
+    from nnix.agent.containment import _cgroup_parent
+
+    return _cgroup_parent() is not None
 SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 HEAD = (
     "import nni, os, sys, time, json, signal, subprocess\n"
@@ -389,7 +395,7 @@ def test_leftovers_of_a_trial_that_ended_while_no_manager_watched(tmp_path: Path
         flag.touch()  # the trial ends while no manager runs
         assert _wait(lambda: (out / ".nnix" / "exitcode").exists(), 30)
         pids = _pids(pidfile)
-        if containment == "auto" and _cgroup_parent() is not None:
+        if containment == "auto" and _cgroups_here():
             # in a cgroup the trial's own wrapper kills them: no manager needed
             assert _wait(lambda: not any(_live(p) for p in pids), 10), [p for p in pids if _live(p)]
         st = run_experiment(d, action="resume")  # re-attached: the watcher finds the trial over
