@@ -31,6 +31,7 @@ import os
 import re
 import secrets
 import signal
+import time
 from pathlib import Path
 
 TOKEN_ENV = "NNIX_TRIAL_TOKEN"
@@ -95,6 +96,29 @@ def _cgroup_parent() -> Path | None:
         return None
 
 
+_swept: set[Path] = set()
+STALE_AFTER = 600.0  # seconds: an empty trial cgroup older than this is left over (its trial was SIGKILLed)
+
+
+def _sweep(parent: Path) -> None:
+    """Once per process: remove the empty trial cgroups left by trials killed with nobody to clean up (a
+    cgroup with processes cannot be removed, so a live trial never loses its own)."""
+    if parent in _swept:
+        return
+    _swept.add(parent)
+    now = time.time()
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        if not _TOKEN_RE.fullmatch(entry.name):
+            continue
+        with contextlib.suppress(OSError):
+            if now - entry.stat().st_mtime > STALE_AFTER:
+                entry.rmdir()
+
+
 def _pid_ok(name: str, me: int) -> bool:
     return name.isdigit() and int(name) != me
 
@@ -136,6 +160,7 @@ class Containment:
         cgroup: Path | None = None
         parent = _cgroup_parent() if _mode() != "marker" else None
         if parent is not None:
+            _sweep(parent)
             try:
                 (parent / token).mkdir()
                 cgroup = parent / token
