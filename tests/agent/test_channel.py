@@ -76,8 +76,8 @@ def test_corrupt_and_blank_lines_are_skipped_but_counted(tmp_path: Path, caplog:
     with caplog.at_level(logging.WARNING, logger="nnix.agent.channel"):
         got = MetricReader(path).read_new()
     assert [(i, r["sequence"]) for i, r in got] == [(0, 0), (4, 1)]
-    assert "line 1 is not valid JSON" in caplog.text
-    assert "line 3 is not a JSON object" in caplog.text
+    assert "line 1 skipped: not valid JSON" in caplog.text
+    assert "line 3 skipped: not a JSON object" in caplog.text
 
 
 def test_nan_literals_are_read(tmp_path: Path) -> None:
@@ -100,3 +100,81 @@ def test_truncated_file_is_reported_not_misread(tmp_path: Path, caplog: pytest.L
 def test_negative_position_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must be >= 0"):
         MetricReader(tmp_path / "m", offset=-1)
+
+
+# --- hostile content: one schema, bounded reads, final lines ---------------------------------------------
+
+
+def test_metric_problem_is_the_one_schema() -> None:
+    from nnix.agent.channel import metric_problem
+
+    ok = {"type": "PERIODICAL", "sequence": 3, "value": {"default": 1.5, "extra": [1, "a", None]}, "ts": 1.0}
+    assert metric_problem(ok) is None
+    assert metric_problem({"type": "FINAL", "value": 2}) is None  # sequence defaults to 0, ts is optional
+    nan = {"type": "FINAL", "sequence": 0, "value": float("nan")}
+    assert metric_problem(nan, allow_nan=True) is None
+    assert "nanPolicy" in (metric_problem(nan, allow_nan=False) or "")
+    bad = {
+        "sequence": {"type": "FINAL", "sequence": float("inf"), "value": 1},
+        "'type'": {"type": "final", "value": 1},
+        "finite": {"type": "FINAL", "value": {"default": 1, "x": [float("-inf")]}},
+        "'default'": {"type": "FINAL", "value": {"default": True}},
+        "too large": {"type": "FINAL", "value": 10**400},
+        "deeper": {"type": "FINAL", "value": {"default": 1, "x": json.loads("[" * 40 + "]" * 40)}},
+        "'ts'": {"type": "FINAL", "value": 1, "ts": "now"},
+        "no 'value'": {"type": "FINAL"},
+        "JSON object": [1, 2],
+    }
+    for word, record in bad.items():
+        problem = metric_problem(record, allow_nan=False)
+        assert problem is not None and word in problem, (word, problem)
+
+
+def test_a_huge_line_is_not_read_again_on_every_call(tmp_path: Path) -> None:
+    from nnix.agent.channel import MAX_LINE_BYTES, READ_CHUNK
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(_line(0, 0.1) + b'{"type": "FINAL", "value": "' + b"x" * (5 * 1024 * 1024))
+    reader = MetricReader(path)
+    offsets = []
+    got = []
+    while not reader.at_eof or not offsets:
+        got += reader.read_new()
+        offsets.append(reader.offset)
+    assert [i for i, _ in got] == [0]
+    assert all(b - a <= READ_CHUNK for a, b in zip([0, *offsets], offsets, strict=False))  # bounded per call
+    assert reader.offset == path.stat().st_size  # consumed, never re-read
+    sample, count, last = reader.take_rejected()
+    assert count == 1 and last == 1 and f"longer than {MAX_LINE_BYTES:,} bytes" in sample[0][1]
+    with path.open("ab") as f:  # the rest of that line, then a good one
+        f.write(b"y" * 1000 + b'"}\n' + _line(1, 0.2))
+    assert [(i, r["sequence"]) for i, r in reader.read_new()] == [(2, 1)]
+    assert reader.take_rejected()[1] == 0
+
+
+def test_many_lines_are_read_in_bounded_chunks(tmp_path: Path) -> None:
+    from nnix.agent.channel import READ_CHUNK
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b"".join(_line(i, 0.5) for i in range(60_000)))  # ~4 MB
+    reader = MetricReader(path)
+    first = reader.read_new()
+    assert 0 < reader.offset <= READ_CHUNK and not reader.at_eof
+    rest = []
+    while not reader.at_eof:
+        rest += reader.read_new()
+    assert [i for i, _ in first + rest] == list(range(60_000))
+
+
+def test_a_last_line_without_newline_is_read_once_the_trial_is_over(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(_line(0, 0.1) + _line(1, 0.2)[:-1])
+    reader = MetricReader(path)
+    assert [i for i, _ in reader.read_new()] == [0]
+    assert reader.read_new() == []  # still being written, as far as a live trial goes
+    assert [(i, r["value"]) for i, r in reader.read_new(final=True)] == [(1, 0.2)]
+    assert reader.read_new(final=True) == [] and reader.offset == path.stat().st_size
+    path.write_bytes(_line(0, 0.1) + b'{"type": "FINAL", "val')  # cut mid-write: rejected, not raised
+    cut = MetricReader(path)
+    assert [i for i, _ in cut.read_new(final=True)] == [0]
+    assert cut.take_rejected()[1] == 1

@@ -64,3 +64,24 @@ def test_bad_messages_are_refused_clearly() -> None:
 )
 def test_version_rule_compares_integers(a: str, b: str, ok: bool) -> None:
     assert versions_compatible(a, b) is ok
+
+
+def test_metrics_rejections_travel_and_bad_numbers_are_refused() -> None:
+    from nnix.agent.protocol import ProtocolError, decode, encode
+    from nnix.agent.runner import Exited, Metrics
+
+    m = Metrics("t1", [(0, {"type": "FINAL", "value": 1})], [(1, "not valid JSON")], 3, 4)
+    assert decode(encode(m, 1)) == (1, m)
+    assert m.last_line == 4
+    assert decode(encode(Exited("t1", 0, leftovers=2), 2))[1] == Exited("t1", 0, leftovers=2)
+    for body in (
+        {"trial_id": "t1", "items": [[1e999, {}]]},
+        {"trial_id": "t1", "items": [[True, {}]]},
+        {"trial_id": "t1", "items": [], "rejected_count": -1},
+        {"trial_id": "t1", "items": [], "rejected_last": 2**60},
+        {"trial_id": "t1", "items": "ab"},
+    ):
+        with pytest.raises(ProtocolError):
+            decode({"v": 1, "seq": 1, "type": "metrics", "body": body})
+    with pytest.raises(ProtocolError):
+        decode({"v": 1, "seq": 1, "type": "exited", "body": {"trial_id": "t1", "exit_code": 0, "leftovers": 1e999}})

@@ -231,8 +231,10 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
 
 def test_view_is_read_only_and_customized_rerun_is_refused(tmp_path: Path, page: Any) -> None:
     cfg = _config(tmp_path, maxTrialNumber=3, trialConcurrency=3)
-    (tmp_path / "trial.py").write_text("import nni\np = nni.get_next_parameter()\nprint('ok')\n"
-                                       "nni.report_intermediate_result(p['x'] / 2)\nnni.report_final_result(p['x'])\n")
+    (tmp_path / "trial.py").write_text("import nni, os\np = nni.get_next_parameter()\nprint('ok')\n"
+                                       "nni.report_intermediate_result(p['x'] / 2)\nnni.report_final_result(p['x'])\n"
+                                       "with open(os.environ['NNIX_TRIAL_CHANNEL'] + '/metrics.jsonl', 'ab') as f:\n"
+                                       "    f.write(b'{\"type\": \"FINAL\", \"sequence\": 1e999}\\n')\n")
     r = nnix("create", "--config", str(cfg), "--port", "0", "--foreground")
     assert r.returncode == 0, r.stderr
     exp_id = r.stdout.strip().splitlines()[-1].split()[1].rstrip(":")
@@ -248,6 +250,7 @@ def test_view_is_read_only_and_customized_rerun_is_refused(tmp_path: Path, page:
         page.click(row(first) + " .c-id")
         page.wait_for_selector("#detail-status")
         assert not page.is_visible("#detail-rerun")
+        assert "1 metric line not recorded (line 2: 'sequence'" in page.inner_text("#detail-warnings")
         # even a hand-made request is refused by the server
         status = page.evaluate("""async () => (await fetch('/api/nnix/v1/trials', {method: 'POST',
             headers: {'Content-Type': 'application/json'}, body: JSON.stringify({parameters: {x: 0.5}})})).status""")

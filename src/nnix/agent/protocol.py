@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nnix.agent.channel import REJECT_SAMPLE
 from nnix.agent.runner import Exited, Metrics, Output, Started, TrialSpec
 
 PROTOCOL = 1
@@ -135,14 +136,36 @@ def decode(envelope: Any) -> tuple[int, Message]:
             spec = dict(body["spec"])
             spec["code_dir"], spec["output_dir"] = Path(spec["code_dir"]), Path(spec["output_dir"])
             return seq, Run(TrialSpec(**spec))
-        if cls is Metrics:
-            return seq, Metrics(body["trial_id"], [(int(i), dict(m)) for i, m in body["items"]])
+        if cls is Metrics:  # the records are checked by the manager (nnix.agent.channel.metric_problem)
+            rejected = body.get("rejected") or []
+            return seq, Metrics(
+                str(body["trial_id"]),
+                [(_line_index(i), m) for i, m in body["items"]],
+                [(_line_index(i), str(why)[:300]) for i, why in rejected[:REJECT_SAMPLE]],
+                _count(body.get("rejected_count", 0)),
+                _line_index(body.get("rejected_last", -1), allow_none=True),
+            )
+        if cls is Exited and "leftovers" in body:
+            body = {**body, "leftovers": _count(body["leftovers"])}
         if cls is Started and body.get("gpus") is not None:
             body = {**body, "gpus": tuple(body["gpus"])}
         message: Message = cls(**body)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise ProtocolError(f"bad {envelope.get('type')} message: {e}") from e
     return seq, message
+
+
+def _line_index(value: Any, allow_none: bool = False) -> int:
+    """A channel line number: an integer in [0, 2**53) (-1 where ``allow_none``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not (-1 if allow_none else 0) <= value < 2**53:
+        raise ValueError(f"a line index must be an integer in [0, 2**53), not {str(value)[:40]}")
+    return value
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+        raise ValueError(f"a count must be a non-negative integer, not {str(value)[:40]}")
+    return value
 
 
 def versions_compatible(manager: str, agent: str) -> bool:

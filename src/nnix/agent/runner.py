@@ -5,7 +5,10 @@ A trial runs as ``bash -c`` in its own session (its own process group), so that
 * killing it kills the whole tree: SIGTERM to the group, SIGKILL after a grace period;
 * it survives the death of the process that started it: stdout/stderr go to files, metrics go to
   the file channel, and a tiny wrapper writes the exit status to ``<channel>/exitcode``, so a
-  resumed manager can re-attach to a running trial or learn how a finished one ended.
+  resumed manager can re-attach to a running trial or learn how a finished one ended;
+* no process of it outlives it (:mod:`nnix.agent.containment`): in a cgroup where the machine allows it,
+  else found by a marker in its environment; what is left when the command ends is killed and counted
+  (``Exited.leftovers``).
 
 The runner reports what happens through ``emit``: :class:`Started`, :class:`Metrics`,
 :class:`Exited`. ``Exited`` always comes after the trial's last metrics have been emitted.
@@ -24,12 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from nnix.agent.channel import CHANNEL_ENV, MetricReader, write_parameter
+from nnix.agent.containment import JOIN, REAP, Containment
 from nnix.errors import ServiceError
 from nnix.trial import shim_path
 
 # The wrapper runs the user's command in a subshell (so `exit` in it cannot skip the bookkeeping)
 # and records the exit status where a resumed manager can find it.
-WRAPPER = '(eval "$NNIX_TRIAL_COMMAND"); c=$?; printf "%s\\n" "$c" > "$NNIX_TRIAL_CHANNEL/exitcode"; exit $c'
+# In cgroup mode it also joins the trial's cgroup first and kills what is left of it at the end.
+WRAPPER = (
+    JOIN + '(eval "$NNIX_TRIAL_COMMAND"); c=$?; printf "%s\\n" "$c" > "$NNIX_TRIAL_CHANNEL/exitcode"; '
+    + REAP + "exit $c"
+)
+LEFTOVER_GRACE = 1.0  # seconds a leftover process gets between SIGTERM and SIGKILL
 CHANNEL_DIRNAME = ".nnix"
 
 
@@ -59,6 +68,15 @@ class Started:
 class Metrics:
     trial_id: str
     items: list[tuple[int, dict[str, Any]]]  # (line index in the channel, message)
+    # lines of the channel that were not recorded: a sample of (line index, reason), how many, the last index
+    rejected: list[tuple[int, str]] = field(default_factory=list)
+    rejected_count: int = 0
+    rejected_last: int = -1
+
+    @property
+    def last_line(self) -> int:
+        """The highest channel line this message accounts for (-1: none)."""
+        return max([self.rejected_last, *(i for i, _ in self.items)])
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,7 @@ class Exited:
     signal: int | None = None
     stderr_tail: str = ""
     message: str = ""  # why, when the environment knows better than an exit code (e.g. "host h lost")
+    leftovers: int = 0  # processes of the trial still there after it ended (or outside it when killed): killed
 
 
 @dataclass(frozen=True)
@@ -134,6 +153,13 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 def read_exit_code(channel: Path) -> int | None:
     try:
         text = (channel / "exitcode").read_text()
@@ -180,6 +206,10 @@ class _Running:
     proc: asyncio.subprocess.Process | None  # None when re-attached (not our child)
     task: asyncio.Task[None] | None = None
     killing: bool = False
+    containment: Containment | None = None
+    killed: asyncio.Event | None = None  # set when kill() is over
+    leftovers: int = 0
+    skip_upto: int = -1  # channel lines up to this one were recorded already (re-attach)
     sent: dict[str, int] = field(default_factory=dict)  # output streaming: bytes sent per stream
 
 
@@ -216,6 +246,10 @@ class TrialRunner:
         env["NNI_CODE_DIR"] = str(spec.code_dir)
         env[CHANNEL_ENV] = str(channel)
         env["NNIX_TRIAL_COMMAND"] = spec.command
+        for stale in ("exitcode", "leftovers", "nocgroup"):
+            (channel / stale).unlink(missing_ok=True)
+        containment = Containment.create(channel)
+        env.update(containment.env())
         try:
             with (
                 open(spec.output_dir / "trial.stdout", "ab") as out,
@@ -233,8 +267,10 @@ class TrialRunner:
                     start_new_session=True,
                 )
         except OSError as e:
+            await containment.release()
             raise ServiceError(f"cannot start trial {spec.trial_id}: {e}", f"check {spec.code_dir}") from e
-        run = _Running(spec.trial_id, proc.pid, spec.output_dir, MetricReader(channel / "metrics.jsonl"), proc)
+        run = _Running(spec.trial_id, proc.pid, spec.output_dir, MetricReader(channel / "metrics.jsonl"), proc,
+                       containment=containment)
         self._running[spec.trial_id] = run
         started = Started(spec.trial_id, proc.pid, process_start_token(proc.pid), str(spec.output_dir))
         run.task = asyncio.create_task(self._watch(run))
@@ -247,9 +283,10 @@ class TrialRunner:
         already ended, its exit. ``after_index``: metrics up to this channel line were recorded."""
         channel = output_dir / CHANNEL_DIRNAME
         reader = MetricReader(channel / "metrics.jsonl")
-        run = _Running(trial_id, pid or -1, output_dir, reader, None)
+        run = _Running(trial_id, pid or -1, output_dir, reader, None, containment=Containment.load(channel))
         self._running[trial_id] = run
-        self._drain(run, skip_upto=after_index)
+        run.skip_upto = after_index
+        self._drain(run)
         alive = pid is not None and pid_start is not None and process_start_token(pid) == pid_start
         run.task = asyncio.create_task(self._watch_foreign(run, alive))
 
@@ -260,24 +297,51 @@ class TrialRunner:
         if run is None:
             return
         done = run.reader.line_index
-        items = [(i, m) for i, m in MetricReader(run.reader.path).read_new() if after_index < i < done]
+        reader = MetricReader(run.reader.path)
+        items: list[tuple[int, dict[str, Any]]] = []
+        while reader.line_index < done:
+            items += [(i, m) for i, m in reader.read_new() if after_index < i < done]
+            if reader.at_eof:
+                break
         if items:
             self._emit(Metrics(run.spec_id, items))
 
     async def kill(self, trial_id: str) -> None:
-        """SIGTERM the trial's process group, SIGKILL it after the grace period. Idempotent."""
+        """SIGTERM the trial's process group and every other process of the trial (its containment),
+        SIGKILL them after the grace period. Idempotent. Processes outside the group count as leftovers."""
         run = self._running.get(trial_id)
         if run is None or run.killing:
             return
         run.killing = True
-        pgid = run.pid
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = asyncio.get_running_loop().time() + self._grace
-        while _group_alive(pgid) and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.02)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+        run.killed = asyncio.Event()
+        try:
+            pgid = run.pid
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGTERM)
+            outside: set[int] = set()
+            box = run.containment
+            if box is not None:
+                outside = {p for p in box.members() if _pgid(p) not in (pgid, None)}
+                box.signal(outside, signal.SIGTERM)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._grace
+            while loop.time() < deadline:
+                if box is not None:
+                    members = box.members()
+                    outside |= {p for p in members if _pgid(p) not in (pgid, None)}
+                    if members:
+                        await asyncio.sleep(0.05)
+                        continue
+                if not _group_alive(pgid):
+                    break
+                await asyncio.sleep(0.02)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            if box is not None:
+                outside |= {p for p in box.kill_all() if _pgid(p) not in (pgid, None)}
+            run.leftovers += len(outside)
+        finally:
+            run.killed.set()
 
     async def close(self, kill: bool) -> None:
         if kill:
@@ -292,12 +356,34 @@ class TrialRunner:
         self._running.clear()
 
     # --- internals ---------------------------------------------------------------------------
-    def _drain(self, run: _Running, skip_upto: int = -1) -> None:
-        items = [(i, m) for i, m in run.reader.read_new() if i > skip_upto]
-        if items:
-            self._emit(Metrics(run.spec_id, items))
+    def _drain(self, run: _Running, final: bool = False) -> None:
+        """Emit the channel's new lines: one bounded chunk, or everything when ``final`` (the trial is over:
+        a last line without its newline counts too)."""
+        skip_upto = run.skip_upto
+        while True:
+            items = [(i, m) for i, m in run.reader.read_new(final=final) if i > skip_upto]
+            sample, count, last = run.reader.take_rejected()
+            if last <= skip_upto:
+                sample, count, last = [], 0, -1
+            if items or count:
+                self._emit(Metrics(run.spec_id, items, sample, count, last))
+            if not final or run.reader.at_eof:
+                break
         if self._stream:
             self._stream_output(run)
+
+    async def _cleanup(self, run: _Running) -> int:
+        """After the trial's command ended: kill and count what is left of it (see containment)."""
+        if run.killed is not None:
+            await run.killed.wait()
+        box = run.containment
+        if box is None:
+            return run.leftovers
+        n = run.leftovers + box.reported_leftovers()
+        if not run.killing:
+            n += await box.reap(LEFTOVER_GRACE)
+        await box.release()
+        return n
 
     def _stream_output(self, run: _Running) -> None:
         """Send what the trial wrote to stdout/stderr since the last call: while it runs, at most
@@ -347,19 +433,23 @@ class TrialRunner:
         finally:
             if not wait.done():
                 wait.cancel()
+        leftovers = await self._cleanup(run)
+        self._drain(run, final=True)
         self._running.pop(run.spec_id, None)
         if code < 0:
-            self._emit(Exited(run.spec_id, None, -code, stderr_tail(run.output_dir)))
+            self._emit(Exited(run.spec_id, None, -code, stderr_tail(run.output_dir), leftovers=leftovers))
         else:
-            self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else ""))
+            self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "",
+                              leftovers=leftovers))
 
     async def _watch_foreign(self, run: _Running, alive: bool) -> None:
         if alive:
             await self._wait_foreign(run.pid, run)
-        self._drain(run)
+        leftovers = await self._cleanup(run)
+        self._drain(run, final=True)
         self._running.pop(run.spec_id, None)
         code = read_exit_code(run.output_dir / CHANNEL_DIRNAME)
-        self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else ""))
+        self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "", leftovers=leftovers))
 
     async def _wait_foreign(self, pid: int, run: _Running) -> None:
         loop = asyncio.get_running_loop()

@@ -145,6 +145,7 @@ def routes(ctx: ApiContext) -> list[Route]:
             "logs": log_files(ctx.manager.exp_dir, t),
             "cancelReason": None if t.cancel_reason is None else t.cancel_reason.value,
             "gpus": None if t.gpus is None else list(t.gpus),
+            "warningMessages": list(t.warnings),
         })
         return JSON(detail)
 

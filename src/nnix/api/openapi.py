@@ -79,6 +79,7 @@ SCHEMAS: dict[str, Any] = {
             "latest": {"type": ["number", "null"], "description": "the latest intermediate result"},
             "nInter": {"type": "integer"}, "message": {"type": "string"},
             "env": {"type": ["string", "null"]}, "exitCode": {"type": ["integer", "null"]},
+            "warnings": {"type": "integer", "description": "metric lines not recorded + leftover processes killed"},
         },
     },
     "Metric": {
@@ -97,6 +98,8 @@ SCHEMAS: dict[str, Any] = {
                      "description": "log name -> size in bytes (null: absent)"},
             "cancelReason": {"type": ["string", "null"]},
             "gpus": {"type": ["array", "null"], "items": {"type": "integer"}},
+            "warningMessages": {"type": "array", "items": {"type": "string"},
+                                "description": "the latest warnings about the trial (bad metric lines, leftovers)"},
         }}],
     },
     "TrialPage": {

@@ -31,7 +31,7 @@ def finite(value: Any) -> float | None:
 
 
 def _version(t: TrialState) -> tuple[Any, ...]:
-    return (t.status, len(t.metrics), t.started_at, t.ended_at)
+    return (t.status, len(t.metrics), t.started_at, t.ended_at, t.warning_count)
 
 
 @dataclass
@@ -75,6 +75,7 @@ def summarize(t: TrialState) -> dict[str, Any]:
         "message": t.message,
         "env": t.environment_id,
         "exitCode": t.exit_code,
+        "warnings": t.warning_count,
     }
 
 

@@ -416,18 +416,23 @@ def trial_ls(
         return
     # a terminal gets a duration instead of the start and end dates, to leave room for the reason
     tty = sys.stdout.isatty()
+    warned = any(t.warning_count for t in trials)
     rows = []
     for t in trials:
         final = t.final
         reason = "" if t.status.value in ("SUCCEEDED", "RUNNING", "WAITING") else t.message
         when = [_fmt_duration(t.started_at, t.ended_at)] if tty else [_fmt_time(t.started_at), _fmt_time(t.ended_at)]
-        rows.append([
+        row = [
             t.trial_id, str(t.sequence_id), t.status.value, *when,
             "-" if final is None else json.dumps(final.value), json.dumps(t.params), reason or "-",
-        ])
+        ]
+        if warned:  # bad metric lines skipped, leftover processes killed: the latest message and how many
+            row.append("-" if not t.warning_count else f"{t.warning_count}: {t.warnings[-1]}")
+        rows.append(row)
     times = ["time"] if tty else ["start", "end"]
-    print_table(["trial", "no.", "status", *times, "final", "parameters", "reason"], rows,
-                title=f"experiment {eid} ({state.direction})", squeeze=("parameters", "reason"))
+    print_table(["trial", "no.", "status", *times, "final", "parameters", "reason", *(("warnings",) if warned else ())],
+                rows, title=f"experiment {eid} ({state.direction})",
+                squeeze=("parameters", "reason", *(("warnings",) if warned else ())))
 
 
 @trial_app.command("kill")

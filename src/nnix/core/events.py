@@ -134,6 +134,21 @@ class TrialRequeued(Event):
 
 
 @dataclass(frozen=True)
+class TrialWarning(Event):
+    """Something went wrong around a trial without stopping it; shown with the trial (``trial ls``, REST,
+    web UI). ``topic`` "metrics": ``count`` lines of its metric channel were not recorded (malformed, too
+    long, NaN under ``nanPolicy: error``...), the highest being line ``index`` (a re-reading of the channel
+    after a resume does not report them again); "processes": ``count`` processes of the trial were still
+    there when it ended (or outside its process group when it was killed) and were killed."""
+
+    trial_id: str
+    topic: str
+    message: str
+    count: int = 1
+    index: int = -1
+
+
+@dataclass(frozen=True)
 class DataImported(Event):
     """Prior results fed to the tuner (``experiment import``): a list of ``{parameter, value}``."""
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from nnix.agent.channel import metric_problem
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
 from nnix.core.events import (
@@ -38,6 +39,7 @@ from nnix.core.events import (
     TrialEnded,
     TrialRequeued,
     TrialStarted,
+    TrialWarning,
 )
 from nnix.core.state import ExperimentState, TrialState, fold_store
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
@@ -237,12 +239,20 @@ class ExperimentManager:
                 self._record_requeue(ev)
 
     def _record_metrics(self, ev: Metrics) -> None:
+        """Record a batch of a trial's metric lines. Each line is untrusted: checked against the channel's
+        schema (with the experiment's nanPolicy); what fails, here or at the agent, is skipped and recorded
+        as one TrialWarning per batch, never raised."""
         t = self.state.trials.get(ev.trial_id)
         if t is None:
             return
         out: list[MetricReported] = []
-        last = t.last_index
+        seen = last = t.last_index
         recorded: set[int] | None = None
+        allow_nan = self.config.get("nan_policy") == "allow"
+        bad: list[tuple[int, str]] = []
+        bad_count, bad_last = 0, -1
+        if ev.rejected_count > 0 and ev.rejected_last > seen:  # not reported before (re-read after a resume)
+            bad, bad_count, bad_last = list(ev.rejected), ev.rejected_count, ev.rejected_last
         for index, msg in ev.items:
             if index <= last:
                 # a line sent again (re-attach after a crash): recorded never twice, but recorded once even
@@ -254,17 +264,25 @@ class ExperimentManager:
                 recorded.add(index)
             else:
                 last = index
-            try:
-                mtype = MetricType(msg.get("type"))
-                seq = int(msg.get("sequence", 0))
-            except (ValueError, TypeError):
-                log.warning("trial %s: ignoring malformed metric line %d: %r", ev.trial_id, index, msg)
+            problem = metric_problem(msg, allow_nan=allow_nan)
+            if problem is not None:
+                if index > seen:
+                    bad.append((index, problem))
+                    bad_count += 1
+                    bad_last = max(bad_last, index)
                 continue
-            out.append(MetricReported(ev.trial_id, mtype, seq, msg.get("value"), index, t.parameter_id))
+            out.append(MetricReported(ev.trial_id, MetricType(msg["type"]), msg.get("sequence", 0), msg["value"],
+                                      index, t.parameter_id))
         if out:
             self.record(*out)
-            if self.assessor is not None and any(m.type is MetricType.PERIODICAL for m in out):
-                self._assess(ev.trial_id)
+        if bad_count:
+            lines = "; ".join(f"line {i}: {why}" for i, why in sorted(bad)[:3])
+            n = "1 metric line" if bad_count == 1 else f"{bad_count} metric lines"
+            message = f"{n} not recorded ({lines}{'; ...' if bad_count > 3 else ''})"
+            log.warning("trial %s: %s", ev.trial_id, message)
+            self.record(TrialWarning(ev.trial_id, "metrics", message, bad_count, bad_last))
+        if out and self.assessor is not None and any(m.type is MetricType.PERIODICAL for m in out):
+            self._assess(ev.trial_id)
 
     def _assess(self, trial_id: str) -> None:
         t = self.state.trials[trial_id]
@@ -296,7 +314,14 @@ class ExperimentManager:
 
     def _record_exit(self, ev: Exited) -> None:
         t = self.state.trials.get(ev.trial_id)
-        if t is None or t.status.is_terminal:
+        if t is None:
+            return
+        if ev.leftovers > 0:
+            n = ev.leftovers
+            message = f"killed {n} leftover process{'' if n == 1 else 'es'}"
+            log.warning("trial %s: %s", ev.trial_id, message)
+            self.record(TrialWarning(ev.trial_id, "processes", message, n))
+        if t.status.is_terminal:
             return
         if ev.exit_code == 0:
             status, message = TrialStatus.SUCCEEDED, ""
@@ -436,13 +461,18 @@ class ExperimentManager:
         if self._stop_requested:
             return
         self._waiting_note = ""
+        # every trial, whatever its source (tuner, customized, requeued), waits for a slot: never more
+        # RUNNING than trialConcurrency (a decrease kills nothing: the excess just ends on its own)
+        running = sum(1 for t in self.state.trials.values() if t.status is TrialStatus.RUNNING)
+        slots = int(self.state.limits.get("trial_concurrency") or 1) - running
+        waiting = [t for t in self.state.trials.values()
+                   if t.status is TrialStatus.WAITING and t.cancel_reason is None]
         set_demand = getattr(self.service, "set_demand", None)
         if set_demand is not None:
-            set_demand(sum(1 for t in self.state.trials.values()
-                           if t.status is TrialStatus.WAITING and t.cancel_reason is None))
-        for t in list(self.state.trials.values()):
-            if t.status is not TrialStatus.WAITING or t.cancel_reason is not None:
-                continue
+            set_demand(max(0, min(len(waiting), slots)))
+        for t in waiting:
+            if slots <= 0:
+                return
             try:
                 started = await self.service.submit(self.spec_for(t))
             except ServiceError as e:
@@ -456,6 +486,7 @@ class ExperimentManager:
                 TrialStarted(t.trial_id, started.environment_id, started.output_dir, started.pid, started.pid_start,
                              started.gpus)
             )
+            slots -= 1
 
     def _enforce_trial_duration(self) -> float | None:
         """Cancel over-time trials; return seconds until the next deadline."""

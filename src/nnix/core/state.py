@@ -21,12 +21,14 @@ from nnix.core.events import (
     TrialEnded,
     TrialRequeued,
     TrialStarted,
+    TrialWarning,
 )
 from nnix.core.metrics import scalar_value
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.store.base import Store, Stored
 
 _METRIC_TYPES = {m.value: m for m in MetricType}
+MAX_WARNINGS_KEPT = 20  # messages kept per trial (the count counts them all)
 LIMIT_FIELDS = ("trial_concurrency", "max_trial_number", "max_experiment_duration", "search_space")
 
 
@@ -59,7 +61,9 @@ class TrialState:
     message: str = ""
     cancel_reason: CancelReason | None = None
     metrics: list[Metric] = field(default_factory=list)
-    last_index: int = -1  # highest channel line index recorded
+    last_index: int = -1  # highest channel line index recorded (or rejected: see TrialWarning)
+    warnings: list[str] = field(default_factory=list)  # the latest MAX_WARNINGS_KEPT TrialWarning messages
+    warning_count: int = 0  # sum of the TrialWarning counts (lines rejected, processes killed)
 
     @property
     def final(self) -> Metric | None:
@@ -208,6 +212,13 @@ class ExperimentState:
             t.status, t.message = TrialStatus.WAITING, e.reason
             t.started_at = t.environment_id = t.output_dir = t.pid = t.pid_start = t.gpus = None
             t.metrics, t.last_index = [], -1  # the new attempt's channel counts lines from 0 again
+            # (its warnings stay: they happened)
+        elif isinstance(e, TrialWarning):
+            t = self.trials[e.trial_id]
+            t.warnings.append(e.message)
+            del t.warnings[:-MAX_WARNINGS_KEPT]
+            t.warning_count += e.count
+            t.last_index = max(t.last_index, e.index)
         elif isinstance(e, DataImported):
             self.imported.extend(e.records)
 

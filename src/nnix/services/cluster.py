@@ -632,7 +632,7 @@ class ClusterService:
             if t.started is not None and not t.started.done():
                 t.started.set_result(message)
         elif isinstance(message, Metrics):
-            t.last_index = max([t.last_index, *(i for i, _ in message.items)])
+            t.last_index = max(t.last_index, message.last_line)
             if t.started is None or t.started.done():
                 self._emit(message)
         elif (t.started is None or t.started.done()) and not t.killing and not env.stopping and _by_signal(message):

@@ -964,7 +964,7 @@ class RemoteService:
                 t.started.set_result(message)
             return
         if isinstance(message, Metrics):
-            t.last_index = max([t.last_index, *(i for i, _ in message.items)])
+            t.last_index = max(t.last_index, message.last_line)
             if t.started is None or t.started.done():
                 self._emit(message)
             return

@@ -769,7 +769,7 @@ const detail = {
     try {
       this.data = await api('/trials/' + encodeURIComponent(id));
       const t = S.trials.get(id);
-      this.sig = t ? `${t.status}|${t.nInter}|${t.end}` : '';
+      this.sig = t ? `${t.status}|${t.nInter}|${t.end}|${t.warnings}` : '';
       if (this.id === id) this.render();
     } catch (err) {
       if (this.id === id) $('#drawer').innerHTML = `<button class="close" id="detail-close">✕</button><p class="err">${esc(err.message)}</p>`;
@@ -779,7 +779,7 @@ const detail = {
   refresh() {
     const t = S.trials.get(this.id);
     if (!t) return;
-    const sig = `${t.status}|${t.nInter}|${t.end}`;
+    const sig = `${t.status}|${t.nInter}|${t.end}|${t.warnings}`;
     if (sig !== this.sig && !this.fetching) {
       clearTimeout(this.refreshTimer);
       this.refreshTimer = setTimeout(() => this.fetch(), 400);
@@ -795,6 +795,7 @@ const detail = {
     el.innerHTML = `<button class="close" id="detail-close" title="close">✕</button>
       <h2>Trial #${d.seq} <code>${esc(d.id)}</code></h2>
       <div><span class="st st-${d.status}" id="detail-status">${d.status}</span> ${d.message ? `<span class="muted">${esc(d.message)}</span>` : ''}</div>
+      ${d.warnings ? `<div class="section err" id="detail-warnings" title="bad metric lines are skipped; leftover processes are killed">⚠ ${d.warnings} warning${d.warnings === 1 ? '' : 's'}<ul>${(d.warningMessages || []).map((w) => `<li>${esc(w)}</li>`).join('')}</ul></div>` : ''}
       <dl class="kv section"><dt>Default metric</dt><dd id="detail-metric">${esc(C.fmt(d.metric))}</dd>
         <dt>Final result</dt><dd class="mono">${final.length ? esc(JSON.stringify(final[final.length - 1].value)) : '–'}</dd>
         <dt>Duration</dt><dd>${fmtDur(durationOf(d))}</dd><dt>Start</dt><dd>${fmtTime(d.start)}</dd><dt>End</dt><dd>${fmtTime(d.end)}</dd>
