@@ -100,3 +100,22 @@ def test_truncated_file_is_reported_not_misread(tmp_path: Path, caplog: pytest.L
 def test_negative_position_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="must be >= 0"):
         MetricReader(tmp_path / "m", offset=-1)
+
+
+def test_read_new_in_slices(tmp_path: Path) -> None:
+    """A bounded read takes whole lines within the bound and says there is more; a line longer than the
+    bound is still read whole."""
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"type": "PERIODICAL", "sequence": i, "value": i}) for i in range(100)]
+    path.write_text("\n".join(lines) + "\n" + json.dumps({"v": "x" * 5000}) + "\n")
+    reader = MetricReader(path)
+    got: list[int] = []
+    calls = 0
+    while True:
+        batch = reader.read_new(max_bytes=300)
+        calls += 1
+        got += [i for i, _ in batch]
+        if not reader.more:
+            break
+    assert got == list(range(101)) and calls > 5
+    assert reader.read_new(max_bytes=300) == [] and not reader.more

@@ -76,6 +76,7 @@ class MetricReader:
         self._path = Path(path)
         self._offset = offset
         self._line_index = line_index
+        self.more = False  # the last read_new(max_bytes) stopped at max_bytes
 
     @property
     def path(self) -> Path:
@@ -89,8 +90,10 @@ class MetricReader:
     def line_index(self) -> int:
         return self._line_index
 
-    def read_new(self) -> list[tuple[int, dict[str, Any]]]:
-        """``(line_index, record)`` for each complete line appended since the previous call."""
+    def read_new(self, max_bytes: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``(line_index, record)`` for each complete line appended since the previous call; with
+        ``max_bytes``, of about that many bytes at most (``more`` then says whether there may be more)."""
+        self.more = False
         try:
             with open(self._path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -103,7 +106,11 @@ class MetricReader:
                     )
                     return []
                 f.seek(self._offset)
-                data = f.read()
+                data = f.read() if max_bytes is None else f.read(max_bytes)
+                if max_bytes is not None and len(data) == max_bytes:
+                    self.more = True
+                    if b"\n" not in data:  # one line longer than max_bytes: read it whole
+                        data += f.read()
         except FileNotFoundError:
             return []
         end = data.rfind(b"\n")

@@ -149,6 +149,7 @@ def read_exit_code(channel: Path) -> int | None:
 
 OUTPUT_CHUNK = 64 * 1024
 OUTPUT_CAP = 8 * 1024 * 1024
+READ_SLICE = 8 * 1024  # bytes of a trial's metrics channel read per poll while it runs (then at once again)
 
 
 def _still_running(run: _Running) -> bool:
@@ -292,8 +293,8 @@ class TrialRunner:
         self._running.clear()
 
     # --- internals ---------------------------------------------------------------------------
-    def _drain(self, run: _Running, skip_upto: int = -1) -> None:
-        items = [(i, m) for i, m in run.reader.read_new() if i > skip_upto]
+    def _drain(self, run: _Running, skip_upto: int = -1, limit: int | None = None) -> None:
+        items = [(i, m) for i, m in run.reader.read_new(limit) if i > skip_upto]
         if items:
             self._emit(Metrics(run.spec_id, items))
         if self._stream:
@@ -339,8 +340,10 @@ class TrialRunner:
         wait = asyncio.ensure_future(run.proc.wait())
         try:
             while True:
-                done, _ = await asyncio.wait({wait}, timeout=self._poll)
-                self._drain(run)
+                # a trial reporting faster than the manager records is read a slice at a time (and read
+                # again at once), so that one poll never holds the manager's loop for long
+                done, _ = await asyncio.wait({wait}, timeout=0 if run.reader.more else self._poll)
+                self._drain(run, limit=None if done else READ_SLICE)
                 if done:
                     break
             code = wait.result()

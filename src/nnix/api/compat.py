@@ -79,7 +79,12 @@ def parameter_record(t: TrialState) -> str:
                        "parameter_index": 0})
 
 
-def trial_info(t: TrialState) -> dict[str, Any]:
+_SCAN: Any = object()
+
+
+def trial_info(t: TrialState, final: Metric | None = _SCAN) -> dict[str, Any]:
+    """NNI's TrialJobInfo; ``final``: the trial's final result (None: it has none) when the caller knows
+    it, which saves a scan of its metrics."""
     info: dict[str, Any] = {
         "trialJobId": t.trial_id,
         "sequenceId": t.sequence_id,
@@ -98,7 +103,8 @@ def trial_info(t: TrialState) -> dict[str, Any]:
         info["envId"] = t.environment_id
     if t.message:
         info["message"] = t.message
-    final = t.final
+    if final is _SCAN:
+        final = t.final
     if final is not None:
         info["finalMetricData"] = [metric_record(t, final)]
     return info
@@ -276,8 +282,13 @@ def routes(ctx: ApiContext) -> list[Route]:
         status = request.query_params.get("status")
         if status and status not in TrialStatus.__members__:
             raise ApiError(400, f"status must be one of {', '.join(TrialStatus.__members__)}")
-        trials = [t for t in m.state.trials.values() if not status or t.status.value == status]
-        return JSON(b"[" + b",".join(ctx.views.compat(t, trial_info) for t in trials) + b"]")
+
+        def build() -> bytes:
+            trials = [t for t in m.state.trials.values() if not status or t.status.value == status]
+            return b"[" + b",".join(ctx.views.compat(t, trial_info) for t in trials) + b"]"
+
+        # one build per state version, shared by every client polling it
+        return JSON(ctx.views.listing("trial-jobs", (id(m.state), m.state.last_seq, status), build))
 
     async def trial_job(request: Request) -> Response:
         return JSON(trial_info(trial_or_404(ctx, request.path_params["id"])))
