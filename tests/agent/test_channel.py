@@ -178,3 +178,23 @@ def test_a_last_line_without_newline_is_read_once_the_trial_is_over(tmp_path: Pa
     cut = MetricReader(path)
     assert [i for i, _ in cut.read_new(final=True)] == [0]
     assert cut.take_rejected()[1] == 1
+
+
+def test_read_new_in_slices(tmp_path: Path) -> None:
+    """A small bounded read takes whole lines within the bound and says it is not at the end; a line longer
+    than the bound is still read whole."""
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"type": "PERIODICAL", "sequence": i, "value": i}) for i in range(100)]
+    long = json.dumps({"type": "PERIODICAL", "sequence": 100, "value": {"default": 1, "pad": "x" * 5000}})
+    path.write_text("\n".join(lines) + "\n" + long + "\n")
+    reader = MetricReader(path)
+    got: list[int] = []
+    calls = 0
+    while True:
+        batch = reader.read_new(limit=300)
+        calls += 1
+        got += [i for i, _ in batch]
+        if reader.at_eof:
+            break
+    assert got == list(range(101)) and calls > 5
+    assert reader.read_new(limit=300) == [] and reader.at_eof

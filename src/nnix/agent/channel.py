@@ -209,8 +209,8 @@ class MetricReader:
 
     def read_new(self, *, final: bool = False, limit: int = READ_CHUNK) -> list[tuple[int, dict[str, Any]]]:
         """``(line_index, record)`` for each valid line appended since the previous call (at most
-        ``limit`` bytes read). Never raises for what the file contains."""
-        limit = max(limit, MAX_LINE_BYTES + 1)
+        ``limit`` bytes read, or up to :data:`MAX_LINE_BYTES` + 1 when one line is longer than ``limit``).
+        Never raises for what the file contains."""
         try:
             with open(self._path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -225,6 +225,9 @@ class MetricReader:
                     return []
                 f.seek(self._offset)
                 data = f.read(limit)
+                if len(data) == limit and b"\n" not in data and limit <= MAX_LINE_BYTES:
+                    # a small slice that holds no whole line: read on, as far as the longest line allowed
+                    data += f.read(MAX_LINE_BYTES + 1 - limit)
         except FileNotFoundError:
             self._at_eof = True
             return []

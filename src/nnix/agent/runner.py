@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nnix.agent.channel import CHANNEL_ENV, MetricReader, write_parameter
+from nnix.agent.channel import CHANNEL_ENV, READ_CHUNK, MetricReader, write_parameter
 from nnix.agent.containment import JOIN, REAP, Containment
 from nnix.errors import ServiceError
 from nnix.trial import shim_path
@@ -175,6 +175,7 @@ def read_exit_code(channel: Path) -> int | None:
 
 OUTPUT_CHUNK = 64 * 1024
 OUTPUT_CAP = 8 * 1024 * 1024
+READ_SLICE = 8 * 1024  # bytes of a trial's metrics channel read per poll while it runs (then at once again)
 
 
 def _still_running(run: _Running) -> bool:
@@ -356,12 +357,12 @@ class TrialRunner:
         self._running.clear()
 
     # --- internals ---------------------------------------------------------------------------
-    def _drain(self, run: _Running, final: bool = False) -> None:
-        """Emit the channel's new lines: one bounded chunk, or everything when ``final`` (the trial is over:
-        a last line without its newline counts too)."""
+    def _drain(self, run: _Running, final: bool = False, limit: int = READ_CHUNK) -> None:
+        """Emit the channel's new lines: one chunk of at most ``limit`` bytes, or everything when ``final`` (the
+        trial is over: a last line without its newline counts too)."""
         skip_upto = run.skip_upto
         while True:
-            items = [(i, m) for i, m in run.reader.read_new(final=final) if i > skip_upto]
+            items = [(i, m) for i, m in run.reader.read_new(final=final, limit=limit) if i > skip_upto]
             sample, count, last = run.reader.take_rejected()
             if last <= skip_upto:
                 sample, count, last = [], 0, -1
@@ -425,8 +426,10 @@ class TrialRunner:
         wait = asyncio.ensure_future(run.proc.wait())
         try:
             while True:
-                done, _ = await asyncio.wait({wait}, timeout=self._poll)
-                self._drain(run)
+                # a trial reporting faster than the manager records is read a slice at a time (and read
+                # again at once), so that one poll never holds the manager's loop for long
+                done, _ = await asyncio.wait({wait}, timeout=0 if not run.reader.at_eof else self._poll)
+                self._drain(run, limit=READ_CHUNK if done else READ_SLICE)
                 if done:
                     break
             code = wait.result()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ from starlette.routing import Route
 
 from nnix import __version__
 from nnix.api.common import JSON, ApiContext, ApiError, dumps, ms, read_json
+from nnix.api.files import open_trial_file_async, serve_file
+from nnix.api.jsonstream import JSONStream
 from nnix.api.views import TrialView
 from nnix.config import ExperimentConfig
 from nnix.core.manager import ExperimentManager
@@ -50,12 +54,37 @@ def metric_record(t: TrialState, m: Metric) -> dict[str, Any]:
     }
 
 
+def metric_records(t: TrialState, metrics: Iterable[Metric], mtype: str | None = None) -> Iterator[bytes]:
+    """``dumps(metric_record(t, m))`` of each metric (of type ``mtype``), encoded faster: the trial's
+    part once, the rest by hand (what NNI's ``metric-data`` sends, 400,000 records at a time)."""
+    pid = "null" if t.parameter_id is None else json.dumps(str(t.parameter_id))
+    mid = f',"trialJobId":{json.dumps(t.trial_id)},"parameterId":{pid},"type":"'
+    encode = json.dumps
+    for m in metrics:
+        if mtype is not None and m.type.value != mtype:
+            continue
+        ts = m.ts
+        if type(m.sequence) is not int or type(ts) is not float or not -1e15 < ts < 1e15:  # not from the fold
+            rec = metric_record(t, m) if isinstance(ts, (int, float)) and math.isfinite(ts) else \
+                {**metric_record(t, Metric(m.type, m.sequence, m.value, 0.0, m.index)), "timestamp": None}
+            yield dumps(rec)
+            continue
+        data = encode(encode(encode(m.value, allow_nan=True)))  # NNI's data: JSON text of JSON text
+        yield (f'{{"timestamp":{int(ts * 1000)}{mid}{m.type.value}","sequence":{m.sequence},'
+               f'"data":{data}}}').encode()
+
+
 def parameter_record(t: TrialState) -> str:
     return value_json({"parameter_id": t.parameter_id, "parameter_source": t.source, "parameters": t.params,
                        "parameter_index": 0})
 
 
-def trial_info(t: TrialState) -> dict[str, Any]:
+_SCAN: Any = object()
+
+
+def trial_info(t: TrialState, final: Metric | None = _SCAN) -> dict[str, Any]:
+    """NNI's TrialJobInfo; ``final``: the trial's final result (None: it has none) when the caller knows
+    it, which saves a scan of its metrics."""
     info: dict[str, Any] = {
         "trialJobId": t.trial_id,
         "sequenceId": t.sequence_id,
@@ -74,7 +103,8 @@ def trial_info(t: TrialState) -> dict[str, Any]:
         info["envId"] = t.environment_id
     if t.message:
         info["message"] = t.message
-    final = t.final
+    if final is _SCAN:
+        final = t.final
     if final is not None:
         info["finalMetricData"] = [metric_record(t, final)]
     return info
@@ -249,8 +279,13 @@ def routes(ctx: ApiContext) -> list[Route]:
         status = request.query_params.get("status")
         if status and status not in TrialStatus.__members__:
             raise ApiError(400, f"status must be one of {', '.join(TrialStatus.__members__)}")
-        trials = [t for t in m.state.trials.values() if not status or t.status.value == status]
-        return JSON(b"[" + b",".join(ctx.views.compat(t, trial_info) for t in trials) + b"]")
+
+        def build() -> bytes:
+            trials = [t for t in m.state.trials.values() if not status or t.status.value == status]
+            return b"[" + b",".join(ctx.views.compat(t, trial_info) for t in trials) + b"]"
+
+        # one build per state version, shared by every client polling it
+        return JSON(ctx.views.listing("trial-jobs", (id(m.state), m.state.last_seq, status), build))
 
     async def trial_job(request: Request) -> Response:
         return JSON(trial_info(trial_or_404(ctx, request.path_params["id"])))
@@ -273,33 +308,42 @@ def routes(ctx: ApiContext) -> list[Route]:
             raise ApiError(400, "type must be PERIODICAL or FINAL")
         return mtype
 
+    def _records(snapshot: list[tuple[TrialState, list[Metric]]], mtype: str | None) -> Iterator[bytes | None]:
+        for t, metrics in snapshot:
+            yield from metric_records(t, metrics, mtype)
+            yield None  # a trial without metrics of the type still lets the loop run
+
     async def metric_data(request: Request) -> Response:
         tid = request.path_params.get("id")
         mtype = _mtype(request)
         trials = [trial_or_404(ctx, tid)] if tid else list(m.state.trials.values())
-        out = [metric_record(t, x) for t in trials for x in t.metrics if not mtype or x.type.value == mtype]
-        return JSON(out)
+        # a snapshot of references (the lists grow while the response is sent), encoded a slice at a time
+        return JSONStream(_records([(t, list(t.metrics)) for t in trials], mtype))
 
     async def metric_data_latest(_: Request) -> Response:
-        out: list[dict[str, Any]] = []
-        for t in m.state.trials.values():
-            latest = None
-            for x in t.metrics:
-                if x.type is MetricType.FINAL:
-                    out.append(metric_record(t, x))
-                elif latest is None or x.sequence >= latest.sequence:
-                    latest = x
-            if latest is not None:
-                out.append(metric_record(t, latest))
-        return JSON(out)
+        def latest(snapshot: list[tuple[TrialState, list[Metric]]]) -> Iterator[bytes | None]:
+            for t, metrics in snapshot:
+                last = None
+                picked: list[Metric] = []
+                for x in metrics:
+                    if x.type is MetricType.FINAL:
+                        picked.append(x)
+                    elif last is None or x.sequence >= last.sequence:
+                        last = x
+                if last is not None:
+                    picked.append(last)
+                yield from metric_records(t, picked)
+                yield None
+
+        return JSONStream(latest([(t, list(t.metrics)) for t in m.state.trials.values()]))
 
     async def metric_data_range(request: Request) -> Response:
         try:
             lo, hi = int(request.path_params["min"]), int(request.path_params["max"])
         except ValueError as e:
             raise ApiError(400, "min_seq_id and max_seq_id must be integers") from e
-        out = [metric_record(t, x) for t in m.state.trials.values() if lo <= t.sequence_id <= hi for x in t.metrics]
-        return JSON(out)
+        trials = [t for t in m.state.trials.values() if lo <= t.sequence_id <= hi]
+        return JSONStream(_records([(t, list(t.metrics)) for t in trials], None))
 
     async def job_statistics(_: Request) -> Response:
         counts: dict[str, int] = {}
@@ -341,13 +385,16 @@ def routes(ctx: ApiContext) -> list[Route]:
         folder = trial_files_dir(ctx.manager.exp_dir, t.trial_id, t.output_dir)
         if folder is None:
             raise ApiError(404, f"trial {tid} has not started: it has no files yet")
-        path = folder / mapped
+        file = await open_trial_file_async(folder, ctx.manager.exp_dir, mapped, f"trial {tid}'s {name}")
         if mapped == "model.onnx":
-            if not path.is_file():
+            if file is None:
                 raise ApiError(404, f"trial {tid} has no {name}")
-            return Response(path.read_bytes(), media_type="application/octet-stream")
-        text = path.read_text(errors="replace") if path.is_file() else ""
-        return PlainTextResponse(text or f"{name} is empty.")
+            return serve_file(file, request.headers.get("range"), "application/octet-stream")
+        if file is None or file.size == 0:  # NNI's answer for an empty (or absent) log
+            if file is not None:
+                file.close()
+            return PlainTextResponse(f"{name} is empty.")
+        return serve_file(file, request.headers.get("range"), "text/plain; charset=utf-8")
 
     p = PREFIX
     return [

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from nnix.api.common import JSON, ApiContext, ApiError, int_param, ms, read_json
+from nnix.api.common import JSON, ApiContext, ApiError, dumps, int_param, ms, read_json
 from nnix.api.compat import (
     TRIAL_FILES,
     UPDATES,
@@ -30,6 +29,8 @@ from nnix.api.compat import (
     parameter_record,
     trial_or_404,
 )
+from nnix.api.files import open_trial_file, open_trial_file_async, serve_file
+from nnix.api.jsonstream import JSONStream
 from nnix.api.openapi import document
 from nnix.api.sse import EventStreamResponse
 from nnix.api.views import TrialQuery, overview
@@ -69,26 +70,21 @@ def curve_json(tid: str, xs: list[int], ys: list[float]) -> bytes:
 
 
 def log_files(exp_dir: Path, t: TrialState) -> dict[str, int | None]:
+    """Each log's size in bytes; None when absent or refused (a link, not a regular file)."""
     out: dict[str, int | None] = {}
     folder = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
     for name in LOG_NAMES:
         size = None
         if folder is not None:
             try:
-                size = (folder / TRIAL_FILES[name]).stat().st_size
-            except OSError:
-                size = None
+                file = open_trial_file(folder, exp_dir, TRIAL_FILES[name], name)
+            except ApiError:
+                file = None
+            if file is not None:
+                size = file.size
+                file.close()
         out[name] = size
     return out
-
-
-def _tail(path: Path, limit: int) -> tuple[bytes, int]:
-    """The last ``limit`` bytes of a file and how many bytes were left out before them."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        skip = max(0, size - limit)
-        f.seek(skip)
-        return f.read(limit), skip
 
 
 def routes(ctx: ApiContext) -> list[Route]:
@@ -122,10 +118,18 @@ def routes(ctx: ApiContext) -> list[Route]:
 
     async def list_trials(request: Request) -> Response:
         query = TrialQuery.parse(dict(request.query_params))
-        total, page = query.run(ctx.views.all())
-        head = (f'{{"total":{total},"offset":{query.offset},"limit":'
-                f'{"null" if query.limit is None else query.limit},"seq":{m.state.last_seq},"items":[').encode()
-        return JSON(head + b",".join(v.encoded for v in page) + b"]}")
+
+        def build() -> bytes:
+            total, page = query.run(ctx.views.all())
+            head = (f'{{"total":{total},"offset":{query.offset},"limit":'
+                    f'{"null" if query.limit is None else query.limit},"seq":{m.state.last_seq},"items":[').encode()
+            return head + b",".join(v.encoded for v in page) + b"]}"
+
+        if query.sort == "duration":  # running trials' durations grow with the clock
+            return JSON(build())
+        key = (id(m.state), m.state.last_seq, query.statuses, query.search, query.sort, query.descending,
+               query.offset, query.limit)
+        return JSON(ctx.views.listing("trials", key, build))  # one build per state version and query
 
     async def add_trial(request: Request) -> Response:
         body = await read_json(request)
@@ -137,12 +141,13 @@ def routes(ctx: ApiContext) -> list[Route]:
 
     async def get_trial(request: Request) -> Response:
         t = trial_or_404(ctx, request.path_params["id"])
+        logs = await asyncio.to_thread(log_files, ctx.manager.exp_dir, t)
         detail = dict(ctx.views.summary(t))
         detail.update({
             "metrics": [metric_json(x) for x in t.metrics],
             "hyperParameters": parameter_record(t),
             "outputDir": t.output_dir,
-            "logs": log_files(ctx.manager.exp_dir, t),
+            "logs": logs,
             "cancelReason": None if t.cancel_reason is None else t.cancel_reason.value,
             "gpus": None if t.gpus is None else list(t.gpus),
             "warningMessages": list(t.warnings),
@@ -154,7 +159,8 @@ def routes(ctx: ApiContext) -> list[Route]:
         mtype = request.query_params.get("type") or None
         if mtype is not None and mtype not in MetricType.__members__:
             raise ApiError(400, "type must be PERIODICAL or FINAL")
-        return JSON([metric_json(x) for x in t.metrics if mtype is None or x.type.value == mtype])
+        metrics = list(t.metrics)  # a snapshot: the list grows while the response is sent
+        return JSONStream(dumps(metric_json(x)) for x in metrics if mtype is None or x.type.value == mtype)
 
     async def trial_log(request: Request) -> Response:
         name = request.path_params["name"]
@@ -163,13 +169,16 @@ def routes(ctx: ApiContext) -> list[Route]:
         t = trial_or_404(ctx, request.path_params["id"])
         limit = int_param(request, "tail", LOG_TAIL_DEFAULT, 1, LOG_TAIL_MAX)
         folder = trial_files_dir(ctx.manager.exp_dir, t.trial_id, t.output_dir)
+        missing = {"X-Nnix-Skipped": "0", "X-Nnix-Missing": "1"}
         if folder is None:
-            return PlainTextResponse("", headers={"X-Nnix-Skipped": "0", "X-Nnix-Missing": "1"})
-        path = folder / TRIAL_FILES[name]
-        if not path.is_file():
-            return PlainTextResponse("", headers={"X-Nnix-Skipped": "0", "X-Nnix-Missing": "1"})
-        data, skipped = await asyncio.to_thread(_tail, path, limit)
-        return PlainTextResponse(data.decode(errors="replace"), headers={"X-Nnix-Skipped": str(skipped)})
+            return PlainTextResponse("", headers=missing)
+        what = f"trial {t.trial_id}'s {name}"
+        file = await open_trial_file_async(folder, ctx.manager.exp_dir, TRIAL_FILES[name], what)
+        if file is None:
+            return PlainTextResponse("", headers=missing)
+        skipped = max(0, file.size - limit)
+        return serve_file(file, request.headers.get("range"), "text/plain; charset=utf-8",
+                          {"X-Nnix-Skipped": str(skipped)}, start=skipped)
 
     async def cancel_trial(request: Request) -> Response:
         tid = request.path_params["id"]

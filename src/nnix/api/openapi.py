@@ -204,13 +204,16 @@ def document() -> dict[str, Any]:
                 "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {
                     "type": "array", "items": {"$ref": "#/components/schemas/Metric"}}}}}, "404": _ERR}}},
             "/trials/{id}/logs/{name}": {"get": {
-                "summary": "The tail of a trial's log file (X-Nnix-Skipped: bytes left out before it)",
+                "summary": "The tail of a trial's log file (X-Nnix-Skipped: bytes left out before it), streamed",
+                "description": ("A single 'Range: bytes=a-b' (of the whole file) is honoured (206). A file that is a "
+                                "link, not a regular file, or has several hard links is refused (403)."),
                 "parameters": [TRIAL_ID, _param("name", "path", "stdout, stderr or trial.log",
                                                 {"enum": ["stdout", "stderr", "trial.log"]}),
                                _param("tail", "query", "At most this many bytes (default 262144)",
                                       {"type": "integer", "minimum": 1})],
-                "responses": {"200": {"description": "Text", "content": {"text/plain": {}}}, "400": _ERR,
-                              "404": _ERR}}},
+                "responses": {"200": {"description": "Text", "content": {"text/plain": {}}},
+                              "206": {"description": "The range asked", "content": {"text/plain": {}}},
+                              "400": _ERR, "403": _ERR, "404": _ERR, "416": _ERR}}},
             "/trials/{id}/cancel": {"post": {
                 "summary": "Kill a trial (USER_CANCELED); refused when read-only", "parameters": [TRIAL_ID],
                 "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {

@@ -19,7 +19,7 @@ from nnix import __version__
 from nnix.api.common import ApiError, dumps, ms
 from nnix.core.manager import ExperimentManager
 from nnix.core.metrics import scalar_value
-from nnix.core.state import TrialState
+from nnix.core.state import Metric, TrialState
 from nnix.core.status import MetricType, TrialStatus
 
 STOPPED_STATUSES = (TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED, TrialStatus.EARLY_STOPPED)
@@ -35,26 +35,51 @@ def _version(t: TrialState) -> tuple[Any, ...]:
 
 
 @dataclass
+class MetricScan:
+    """What a summary needs from a trial's metrics, kept up to date incrementally: a trial reporting
+    fast makes each summary cost the new metrics, not all of them. Metrics are appended (rarely
+    inserted, or replaced on a retry): a scan that finds its last metric moved starts over."""
+
+    metrics: list[Metric] | None = None  # the list scanned (a retry replaces it)
+    scanned: int = 0
+    last: Metric | None = None  # metrics[scanned - 1] when scanned
+    final: Metric | None = None  # the last FINAL in list order
+    latest: Metric | None = None  # the last intermediate result in list order
+    n_inter: int = 0
+
+    def update(self, t: TrialState) -> MetricScan:
+        ms_ = t.metrics
+        n = len(ms_)
+        if ms_ is not self.metrics or n < self.scanned or (self.scanned and ms_[self.scanned - 1] is not self.last):
+            self.metrics, self.scanned, self.last, self.final, self.latest, self.n_inter = ms_, 0, None, None, None, 0
+        if n > self.scanned:
+            final, latest, n_inter = self.final, self.latest, self.n_inter
+            for i in range(self.scanned, n):
+                m = ms_[i]
+                if m.type is MetricType.FINAL:
+                    final = m
+                else:
+                    latest = m
+                    n_inter += 1
+            self.final, self.latest, self.n_inter = final, latest, n_inter
+            self.scanned, self.last = n, ms_[n - 1]
+        return self
+
+
+@dataclass
 class TrialView:
     version: tuple[Any, ...]
     summary: dict[str, Any]
     encoded: bytes
     compat: bytes | None = None
     fragments: dict[str, tuple[Any, bytes | None]] | None = None
+    scan: MetricScan | None = None
+    compat_key: tuple[Any, ...] | None = None
 
 
-def summarize(t: TrialState) -> dict[str, Any]:
-    final_m = None
-    latest_m = None
-    n_inter = 0
-    for m in reversed(t.metrics):
-        if m.type is MetricType.FINAL:
-            if final_m is None:
-                final_m = m
-        else:
-            n_inter += 1
-            if latest_m is None:
-                latest_m = m
+def summarize(t: TrialState, scan: MetricScan | None = None) -> dict[str, Any]:
+    scan = (scan or MetricScan()).update(t)
+    final_m, latest_m, n_inter = scan.final, scan.latest, scan.n_inter
     duration = None if t.started_at is None or t.ended_at is None else round(t.ended_at - t.started_at, 3)
     return {
         "id": t.trial_id,
@@ -85,6 +110,7 @@ class TrialViews:
     def __init__(self, manager: ExperimentManager) -> None:
         self.manager = manager
         self._cache: dict[str, TrialView] = {}
+        self._lists: dict[tuple[str, Any], bytes] = {}
         self._config: tuple[int, dict[str, Any]] | None = None
         self.overview_key: tuple[Any, ...] | None = None
         self.overview_base: dict[str, Any] | None = None
@@ -114,9 +140,13 @@ class TrialViews:
         v = _version(t)
         c = self._cache.get(t.trial_id)
         if c is None or c.version != v:
-            s = summarize(t)
-            c = TrialView(v, s, dumps(s))
-            self._cache[t.trial_id] = c
+            scan = MetricScan() if c is None or c.scan is None else c.scan
+            s = summarize(t, scan)
+            if c is None:
+                c = TrialView(v, s, dumps(s), scan=scan)
+                self._cache[t.trial_id] = c
+            else:  # what does not depend on intermediate results (NNI's TrialJobInfo) is kept
+                c.version, c.summary, c.encoded, c.fragments = v, s, dumps(s), None
         return c
 
     def summary(self, t: TrialState) -> dict[str, Any]:
@@ -125,12 +155,29 @@ class TrialViews:
     def encoded(self, t: TrialState) -> bytes:
         return self._entry(t).encoded
 
-    def compat(self, t: TrialState, build: Callable[[TrialState], dict[str, Any]]) -> bytes:
-        """NNI's TrialJobInfo of ``t``, JSON-encoded (cached like the summary)."""
+    def compat(self, t: TrialState, build: Callable[[TrialState, Metric | None], dict[str, Any]]) -> bytes:
+        """NNI's TrialJobInfo of ``t``, JSON-encoded; ``build(t, final)`` makes it. Cached until the trial's
+        status, times, messages or final result change (not at each intermediate result)."""
         c = self._entry(t)
-        if c.compat is None:
-            c.compat = dumps(build(t))
+        final = c.scan.final if c.scan is not None else None
+        key = (t.status, t.started_at, t.ended_at, t.message, t.environment_id, t.output_dir, id(final),
+               t.parameter_id, t.sequence_id)
+        if c.compat is None or c.compat_key != key:
+            c.compat = dumps(build(t, final))
+            c.compat_key = key
         return c.compat
+
+    def listing(self, name: str, key: Any, build: Callable[[], bytes]) -> bytes:
+        """A whole serialized list, cached per ``key`` (which includes the state's version: the last
+        event folded in), so many clients polling the same state share one build. A few keys are kept."""
+        hit = self._lists.get((name, key))
+        if hit is not None:
+            return hit
+        data = build()
+        if len(self._lists) >= 16:
+            self._lists.pop(next(iter(self._lists)))
+        self._lists[(name, key)] = data
+        return data
 
     async def warm(self, chunk: int = 500) -> None:
         """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s),

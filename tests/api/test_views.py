@@ -1,0 +1,52 @@
+"""Read models: summaries kept up to date incrementally, serialized lists cached per state version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nnix.api.views import MetricScan, summarize
+from nnix.core.events import MetricReported, TrialEnded
+from nnix.core.state import Metric, TrialState
+from nnix.core.status import MetricType, TrialStatus
+from nnix.store.base import Stored
+
+P, F = MetricType.PERIODICAL, MetricType.FINAL
+
+
+def test_incremental_summary_equals_a_fresh_one() -> None:
+    t = TrialState("t1", 0, 0, {"x": 1}, "algorithm", 1.0)
+    scan = MetricScan()
+    steps = [
+        lambda: t.metrics.append(Metric(P, 0, 0.1, 2.0, 0)),
+        lambda: t.metrics.append(Metric(P, 1, 0.2, 3.0, 1)),
+        lambda: t.metrics.append(Metric(F, 0, 0.9, 4.0, 3)),
+        lambda: t.metrics.insert(2, Metric(P, 2, 0.3, 3.5, 2)),  # out of order: inserted before the end
+        lambda: t.metrics.append(Metric(P, 3, 0.4, 5.0, 4)),
+        lambda: setattr(t, "metrics", [Metric(P, 0, 7.0, 6.0, 0)]),  # a retry starts over
+        lambda: None,
+    ]
+    for step in steps:
+        step()
+        assert summarize(t, scan) == summarize(t), step
+    assert summarize(t, scan)["nInter"] == 1 and summarize(t, scan)["latest"] == 7.0
+
+
+def test_trial_list_follows_the_state(finished: Path, h: Any) -> None:
+    manager, app = h.viewer(finished)
+
+    async def go() -> None:
+        async with h.client(app) as c:
+            first = (await c.get("/api/v1/nni/trial-jobs")).json()
+            assert (await c.get("/api/v1/nni/trial-jobs")).json() == first
+            page = (await c.get("/api/nnix/v1/trials", params={"sort": "-metric"})).json()
+            seq = manager.state.last_seq
+            manager.state.apply(Stored(seq + 1, 9.0, MetricReported("ddddd", F, 0, 0.99, 0, 3)))
+            manager.state.apply(Stored(seq + 2, 9.5, TrialEnded("ddddd", TrialStatus.SUCCEEDED, 0)))
+            after = (await c.get("/api/v1/nni/trial-jobs")).json()
+            d = next(x for x in after if x["trialJobId"] == "ddddd")
+            assert d["status"] == "SUCCEEDED" and "finalMetricData" in d
+            page2 = (await c.get("/api/nnix/v1/trials", params={"sort": "-metric"})).json()
+            assert page2["items"][0]["id"] == "ddddd" and page2["seq"] > page["seq"]
+
+    h.run(go())
