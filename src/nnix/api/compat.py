@@ -55,7 +55,9 @@ def parameter_record(t: TrialState) -> str:
                        "parameter_index": 0})
 
 
-def trial_info(t: TrialState) -> dict[str, Any]:
+def trial_info(t: TrialState, exp_dir: Path | None = None) -> dict[str, Any]:
+    """NNI's TrialJobInfo. ``message``: why it ended (FAILED, EARLY_STOPPED, canceled); ``stderrPath`` (FAILED):
+    its stderr on this machine, the manager's copy for a trial that ran elsewhere when ``exp_dir`` is given."""
     info: dict[str, Any] = {
         "trialJobId": t.trial_id,
         "sequenceId": t.sequence_id,
@@ -67,9 +69,13 @@ def trial_info(t: TrialState) -> dict[str, Any]:
     if t.ended_at is not None:
         info["endTime"] = ms(t.ended_at)
     if t.output_dir:
-        info["logPath"] = f"file://localhost:{t.output_dir}"
-        if t.status is TrialStatus.FAILED:
-            info["stderrPath"] = f"file://localhost:{t.output_dir}/trial.stderr"
+        local = Path(t.output_dir).is_absolute()
+        info["logPath"] = f"file://localhost:{t.output_dir}" if local else t.output_dir  # NNI: host:path remotely
+        here = Path(t.output_dir) if local else None
+        if here is None and exp_dir is not None:
+            here = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
+        if t.status is TrialStatus.FAILED and here is not None:
+            info["stderrPath"] = f"file://localhost:{here}/trial.stderr"
     if t.environment_id:
         info["envId"] = t.environment_id
     if t.message:
@@ -253,10 +259,14 @@ def routes(ctx: ApiContext) -> list[Route]:
         if status and status not in TrialStatus.__members__:
             raise ApiError(400, f"status must be one of {', '.join(TrialStatus.__members__)}")
         trials = [t for t in m.state.trials.values() if not status or t.status.value == status]
-        return JSON(b"[" + b",".join(ctx.views.compat(t, trial_info) for t in trials) + b"]")
+
+        def info(t: TrialState) -> dict[str, Any]:
+            return trial_info(t, m.exp_dir)
+
+        return JSON(b"[" + b",".join(ctx.views.compat(t, info) for t in trials) + b"]")
 
     async def trial_job(request: Request) -> Response:
-        return JSON(trial_info(trial_or_404(ctx, request.path_params["id"])))
+        return JSON(trial_info(trial_or_404(ctx, request.path_params["id"]), m.exp_dir))
 
     async def add_trial(request: Request) -> Response:
         ctx.require_writable()

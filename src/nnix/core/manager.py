@@ -574,8 +574,10 @@ class ExperimentManager:
 
         log.info("tuner %s (seed %d, %s); assessor %s", algo(cfg.get("tuner")), st.seed, self.direction.value,
                  algo(cfg.get("assessor")))
-        limits = {k: st.limits.get(k) for k in ("trial_concurrency", "max_trial_number", "max_experiment_duration")}
-        limits["max_trial_duration"] = cfg.get("max_trial_duration")
+        limits = {"trialConcurrency": st.limits.get("trial_concurrency"),
+                  "maxTrialNumber": st.limits.get("max_trial_number"),
+                  "maxExperimentDuration": st.limits.get("max_experiment_duration"),
+                  "maxTrialDuration": cfg.get("max_trial_duration")}
         log.info("limits: %s; %d trials so far", ", ".join(f"{k} {v if v is not None else '-'}"
                                                           for k, v in limits.items()), len(st.trials))
         log.info("training service %s; trial command %r in %s", getattr(self.service, "platform", "?"),
