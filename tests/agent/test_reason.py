@@ -148,6 +148,9 @@ def test_killed_by_a_signal_is_named_and_bash_noise_dropped(tmp_path: Path) -> N
     assert code == 137 and "Killed" in err
     assert exit_reason(code, None, err) == "epoch 3/10 (killed by SIGKILL, exit code 137)"
     assert exit_reason(137, None, "") == "killed by SIGKILL, exit code 137"
+    for report in ("bash: line 1:   812 Killed  python3 t.py", "/bin/bash: line 1: 12345 Killed  python3 t.py",
+                   "bash: 4321 Segmentation fault      (core dumped) ./a.out"):  # short and long pids alike
+        assert exit_reason(137, None, f"epoch 3/10\n{report}\n") == "epoch 3/10 (killed by SIGKILL, exit code 137)"
     assert exit_reason(None, signal.SIGSEGV, "") == "killed by SIGSEGV"
     assert signal_name(9) == "SIGKILL" and signal_name(200) == "signal 200"
 
@@ -165,6 +168,18 @@ def test_traceback_then_killed(tmp_path: Path) -> None:
     """, shell=True)
     reason = exit_reason(code, None, err)
     assert reason.startswith("MemoryError: CUDA out of memory.") and "SIGKILL" in reason
+
+
+def test_every_line_tagged_by_a_launcher(tmp_path: Path) -> None:
+    code, err = run(tmp_path, """
+        import subprocess, sys
+        child = subprocess.run([sys.executable, "-c", "import json; json.loads('{')"], capture_output=True, text=True)
+        for line in child.stderr.splitlines():
+            print(f"[rank0]: {line}", file=sys.stderr)
+        print("[rank1]: worker exiting", file=sys.stderr)
+        sys.exit(child.returncode)
+    """)
+    assert exit_reason(code, None, err).startswith("json.decoder.JSONDecodeError: Expecting property name enclosed")
 
 
 def test_environment_message_and_unknown_exit() -> None:

@@ -30,13 +30,13 @@ MAX_DETAIL = 240  # characters of stderr detail kept in the one-line reason
 SHORT_LINE = 24  # a last line shorter than this is shown with the line before it
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
-_HEADER = re.compile(r"Traceback \(most recent call last\):")
+_HEADER = re.compile(r"(?:Exception Group )?Traceback \(most recent call last\):")
 _FRAME = re.compile(r'^\s*(?:[|│]\s*)*File "(?P<file>[^"]*)", line (?P<line>\d+)')
 _EXC = re.compile(r"^(?P<type>[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*)(?::(?P<msg>.*))?$")
 _GROUP_PREFIX = re.compile(r"^\s*(?:[|+]\s?)+")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 # bash reports a child that died of a signal: "bash: line 1: 4321 Killed   python3 trial.py"
-_SHELL_REPORT = re.compile(r"^\S*sh: (?:line \d+: )?\d+ ")
+_SHELL_REPORT = re.compile(r"^\S*sh: (?:line \d+: )? *\d+ ")  # the pid is right-aligned: "line 1:  812 Killed"
 _PROGRESS = re.compile(r"\d+%\|.*\||\d+(?:\.\d+)?\s*(?:it|s)/(?:s|it)\b")
 _BOX = "│╭╮╰╯─┃━┏┓┗┛"
 
@@ -105,8 +105,12 @@ def exception_line(text: str) -> str | None:
     """The final exception of the last Python traceback in ``text`` (type and message), or None."""
     lines = _clean(text)
     for start in range(len(lines) - 1, -1, -1):
-        if not _HEADER.search(lines[start]):
+        m = _HEADER.search(lines[start])
+        if m is None:
             continue
+        prefix = lines[start][: m.start()]
+        if prefix.strip() and prefix.strip() not in "+|":  # every line tagged, e.g. torchrun's "[rank0]: "
+            lines = [ln[len(prefix):] if ln.startswith(prefix) else ln for ln in lines]
         found = _exception_after(lines, start)
         if found is None:
             continue
