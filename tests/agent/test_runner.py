@@ -48,7 +48,7 @@ def test_exit_code_metrics_and_files(tmp_path: Path) -> None:
         (0, "PERIODICAL", 3), (1, "FINAL", {"default": 6, "acc": 1}),
     ]
     exited = events[-1]
-    assert isinstance(exited, Exited) and exited.exit_code == 3 and exited.stderr_tail == "bad"
+    assert isinstance(exited, Exited) and exited.exit_code == 3 and exited.stderr_tail == "bad\n"
     assert (tmp_path / "T1" / "trial.stdout").read_text() == "hello\n"
     assert (tmp_path / "T1" / ".nnix" / "exitcode").read_text() == "3\n"
 

@@ -183,7 +183,7 @@ def test_foreground_output_in_an_80_column_terminal(tmp_path: Path) -> None:
     m = re.match(r"^Experiment (\w+)  web UI: http://127\.0\.0\.1:(\d+)/$", first)
     assert m, raw[:500]
     exp_id = m.group(1)
-    assert all(len(line) <= 80 for line in lines[:-8]), [line for line in lines if len(line) > 80]
+    assert all(len(line) <= 80 for line in lines[:-8]), repr(raw)
     progress = [line for line in lines if "| best" in line]
     assert progress and all(PROGRESS.match(line) and len(line) < 80 for line in progress), progress
     st = read_state(Path(Registry().get(exp_id).dir))

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from nnix.core.events import TrialStarted
 from nnix.core.status import CancelReason, ExperimentStatus, TrialStatus
@@ -48,7 +51,8 @@ def test_concurrency_limit_and_trial_count(tmp_path: Path) -> None:
     assert all(t.final_value == t.params["x"] for t in st.trials.values())
 
 
-def test_failed_trial_does_not_stop_the_experiment(tmp_path: Path) -> None:
+def test_failed_trial_does_not_stop_the_experiment(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "nnix.manager")
     cmd = _trial(tmp_path, "if nni.get_sequence_id() == 1:\n    print('boom', file=sys.stderr); sys.exit(4)\n"
                  "nni.report_final_result(1)\n")
     _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=3)
@@ -56,8 +60,12 @@ def test_failed_trial_does_not_stop_the_experiment(tmp_path: Path) -> None:
     statuses = {t.sequence_id: t.status for t in st.trials.values()}
     assert statuses == {0: TrialStatus.SUCCEEDED, 1: TrialStatus.FAILED, 2: TrialStatus.SUCCEEDED}
     failed = next(t for t in st.trials.values() if t.sequence_id == 1)
-    assert failed.exit_code == 4 and "boom" in failed.message
+    assert failed.exit_code == 4 and failed.message == "boom (exit code 4)"
     assert st.status is ExperimentStatus.DONE
+    logged = caplog.text  # manager.log: one line per trial start and end, with the reason
+    assert f"trial {failed.trial_id} #1 started on local-env" in logged
+    assert f"trial {failed.trial_id} #1 FAILED after " in logged and "s: boom (exit code 4)" in logged
+    assert logged.count("SUCCEEDED after") == 2 and "tuner Random" in logged
 
 
 def test_max_trial_duration_kills_as_early_stopped(tmp_path: Path) -> None:
@@ -69,6 +77,7 @@ def test_max_trial_duration_kills_as_early_stopped(tmp_path: Path) -> None:
     (t,) = st.trials.values()
     assert t.status is TrialStatus.EARLY_STOPPED
     assert t.cancel_reason is CancelReason.MAX_TRIAL_DURATION
+    assert t.message == "stopped: it ran longer than maxTrialDuration (1 s)"
 
 
 def test_max_experiment_duration_stops_creating_but_lets_trials_finish(tmp_path: Path) -> None:
@@ -152,6 +161,8 @@ def test_user_cancel_and_stop(tmp_path: Path) -> None:
     assert st.status is ExperimentStatus.STOPPED
     assert all(not t.is_active for t in trials)
     assert all(t.status is TrialStatus.USER_CANCELED for t in trials)
+    assert trials[0].message == "canceled by the user"
+    assert all(t.message.startswith("canceled: the experiment was stopped") for t in trials[1:])
     manager.store.close()
 
 
@@ -227,6 +238,8 @@ def test_assessor_early_stops_hopeless_trials(tmp_path: Path) -> None:
     assert by_seq[0].status is TrialStatus.EARLY_STOPPED
     assert by_seq[0].cancel_reason is CancelReason.EARLY_STOP
     assert 6 <= len(by_seq[0].intermediate) < 100
+    assert by_seq[0].message == (f"early stopped by the assessor (algos.AboveFive) after "
+                                 f"{len(by_seq[0].intermediate)} intermediate results")
     assert by_seq[1].status is TrialStatus.SUCCEEDED and len(by_seq[1].intermediate) == 100
 
 

@@ -37,6 +37,8 @@ _ENV_VARS = (
     "NNI_TRIAL_SEQ_ID",
     "NNI_OUTPUT_DIR",
     "NNI_PLATFORM",
+    "NNIX_PARAMETERS",
+    "NNIX_PARAMETERS_FILE",
 )
 
 
@@ -344,7 +346,7 @@ def test_oversized_metric_is_rejected(channel: Path) -> None:
 
 def test_standalone(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NNI_OUTPUT_DIR", str(tmp_path))
-    with pytest.warns(RuntimeWarning, match="without an nnix/NNI manager") as record:
+    with pytest.warns(RuntimeWarning, match="no nnix/NNI experiment is running") as record:
         assert sdk.get_next_parameter() == {}
     assert record[0].filename == __file__  # the warning points at the caller
     assert sdk.get_next_parameter() == {}  # warns once
@@ -352,8 +354,8 @@ def test_standalone(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypa
     sdk.report_intermediate_result(0.5)
     sdk.report_intermediate_result(0.75)
     sdk.report_final_result({"default": 0.9})
-    err = capsys.readouterr().err.splitlines()
-    assert err == [
+    out = capsys.readouterr().out.splitlines()  # printed to stdout, as NNI's standalone mode does
+    assert out == [
         "[nnix] Intermediate result: 0.5 (index 0)",
         "[nnix] Intermediate result: 0.75 (index 1)",
         '[nnix] Final result: {"default": 0.9}',
@@ -363,7 +365,33 @@ def test_standalone(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypa
 
 def test_standalone_reports_without_get_next_parameter(capsys: pytest.CaptureFixture[str]) -> None:
     sdk.report_final_result(1)
-    assert capsys.readouterr().err == "[nnix] Final result: 1\n"
+    assert capsys.readouterr().out == "[nnix] Final result: 1\n"
+
+
+def test_standalone_parameters_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NNIX_PARAMETERS", '{"lr": 0.1, "layers": 2}')
+    with pytest.warns(RuntimeWarning, match="returns the parameters of NNIX_PARAMETERS"):
+        assert sdk.get_next_parameter() == {"lr": 0.1, "layers": 2}
+    assert sdk.get_current_parameter("lr") == 0.1
+    monkeypatch.setattr(sdk, "_state", None)
+    monkeypatch.delenv("NNIX_PARAMETERS")
+    record = tmp_path / "parameter.json"
+    record.write_text(json.dumps(RECORD))  # an NNI parameter record: its parameters are taken
+    monkeypatch.setenv("NNIX_PARAMETERS_FILE", str(record))
+    with pytest.warns(RuntimeWarning, match="NNIX_PARAMETERS_FILE="):
+        assert sdk.get_next_parameter() == RECORD["parameters"]
+
+
+@pytest.mark.parametrize(("name", "value", "error"), [
+    ("NNIX_PARAMETERS", "{lr: 1}", "NNIX_PARAMETERS is not valid JSON"),
+    ("NNIX_PARAMETERS", "[1, 2]", "must be a JSON object of parameters"),
+    ("NNIX_PARAMETERS_FILE", "/nonexistent/p.json", "NNIX_PARAMETERS_FILE: cannot read /nonexistent/p.json"),
+])
+def test_standalone_parameters_refused_clearly(monkeypatch: pytest.MonkeyPatch, name: str, value: str,
+                                               error: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=error):
+        sdk.get_next_parameter()
 
 
 def test_ids(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -263,3 +263,39 @@ def test_view_is_read_only_and_customized_rerun_is_refused(tmp_path: Path, page:
     finally:
         assert nnix("stop", exp_id).returncode == 0
     assert len(read_state(Path(Registry().get(exp_id).dir)).trials) == 3
+
+
+def test_failed_trials_show_their_reason_in_the_table_and_the_detail(tmp_path: Path, page: Any) -> None:
+    (tmp_path / "trial.py").write_text(
+        "import nni, sys\n"
+        "p = nni.get_next_parameter()\n"
+        "def load(path):\n"
+        "    raise FileNotFoundError(f'dataset not found: {path}')\n"
+        "try:\n"
+        "    load('/data/cifar10')\n"
+        "finally:\n"
+        "    print('cleanup: closing workers', file=sys.stderr)\n")
+    cfg = {"searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}}, "trialCommand": f"{sys.executable} trial.py",
+           "trialCodeDirectory": str(tmp_path), "trialConcurrency": 1, "maxTrialNumber": 1,
+           "tuner": {"name": "Random"}, "trainingService": {"platform": "local"}}
+    path = tmp_path / "config.yml"
+    path.write_text(json.dumps(cfg))
+    exp_id, url = _start("create", "--config", str(path), "--port", "0")
+    reason = "FileNotFoundError: dataset not found: /data/cifar10 (exit code 1)"
+    try:
+        exp_dir = Path(Registry().get(exp_id).dir)
+        _wait(lambda: read_state(exp_dir).count(TrialStatus.FAILED) == 1, 30)
+        (tid,) = read_state(exp_dir).trials
+        page.goto(url + "#/trials")
+        page.wait_for_selector(row(tid) + " .c-reason .err")
+        assert page.inner_text(row(tid) + " .c-reason") == reason
+        page.fill("#trial-search", "filenotfound")  # free-text search finds reasons too
+        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 1")
+        page.click(row(tid) + " .c-id")
+        page.wait_for_selector("#detail-reason")
+        assert page.inner_text("#detail-reason") == reason
+        # the log shown first is the trial's stderr, with the traceback
+        page.wait_for_function("document.querySelector('#log-view').textContent.includes('Traceback')")
+        assert page.locator("#log-tabs button.active").get_attribute("data-log") == "stderr"
+    finally:
+        assert nnix("stop", exp_id).returncode == 0

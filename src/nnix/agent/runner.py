@@ -28,6 +28,7 @@ from typing import Any
 
 from nnix.agent.channel import CHANNEL_ENV, READ_CHUNK, MetricReader, write_parameter
 from nnix.agent.containment import JOIN, REAP, Containment
+from nnix.agent.reason import TAIL_BYTES, read_tail
 from nnix.errors import ServiceError
 from nnix.trial import shim_path
 
@@ -84,7 +85,7 @@ class Exited:
     trial_id: str
     exit_code: int | None  # None: unknown (killed, or vanished while nobody watched)
     signal: int | None = None
-    stderr_tail: str = ""
+    stderr_tail: str = ""  # the end of trial.stderr (at most reason.TAIL_BYTES), when it did not exit 0
     message: str = ""  # why, when the environment knows better than an exit code (e.g. "host h lost")
     leftovers: int = 0  # processes of the trial still there after it ended (or outside it when killed): killed
 
@@ -184,18 +185,10 @@ def _still_running(run: _Running) -> bool:
     return run.task is None or not run.task.done()
 
 
-def stderr_tail(output_dir: Path, max_chars: int = 300) -> str:
-    path = output_dir / "trial.stderr"
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 4096))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][-max_chars:] if lines else ""
+def stderr_tail(output_dir: Path, max_bytes: int = TAIL_BYTES) -> str:
+    """The end of the trial's ``trial.stderr`` (sent with its exit; :func:`nnix.agent.reason.exit_reason`
+    makes the one-line reason of it)."""
+    return read_tail(output_dir / "trial.stderr", max_bytes)
 
 
 @dataclass

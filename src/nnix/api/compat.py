@@ -82,9 +82,11 @@ def parameter_record(t: TrialState) -> str:
 _SCAN: Any = object()
 
 
-def trial_info(t: TrialState, final: Metric | None = _SCAN) -> dict[str, Any]:
-    """NNI's TrialJobInfo; ``final``: the trial's final result (None: it has none) when the caller knows
-    it, which saves a scan of its metrics."""
+def trial_info(t: TrialState, final: Metric | None = _SCAN, exp_dir: Path | None = None) -> dict[str, Any]:
+    """NNI's TrialJobInfo. ``final``: the trial's final result (None: it has none) when the caller knows it,
+    which saves a scan of its metrics. ``message``: why it ended (FAILED, EARLY_STOPPED, canceled);
+    ``stderrPath`` (FAILED): its stderr on this machine, the manager's copy for a trial that ran elsewhere when
+    ``exp_dir`` is given."""
     info: dict[str, Any] = {
         "trialJobId": t.trial_id,
         "sequenceId": t.sequence_id,
@@ -96,9 +98,13 @@ def trial_info(t: TrialState, final: Metric | None = _SCAN) -> dict[str, Any]:
     if t.ended_at is not None:
         info["endTime"] = ms(t.ended_at)
     if t.output_dir:
-        info["logPath"] = f"file://localhost:{t.output_dir}"
-        if t.status is TrialStatus.FAILED:
-            info["stderrPath"] = f"file://localhost:{t.output_dir}/trial.stderr"
+        local = Path(t.output_dir).is_absolute()
+        info["logPath"] = f"file://localhost:{t.output_dir}" if local else t.output_dir  # NNI: host:path remotely
+        here = Path(t.output_dir) if local else None
+        if here is None and exp_dir is not None:
+            here = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
+        if t.status is TrialStatus.FAILED and here is not None:
+            info["stderrPath"] = f"file://localhost:{here}/trial.stderr"
     if t.environment_id:
         info["envId"] = t.environment_id
     if t.message:
@@ -280,15 +286,18 @@ def routes(ctx: ApiContext) -> list[Route]:
         if status and status not in TrialStatus.__members__:
             raise ApiError(400, f"status must be one of {', '.join(TrialStatus.__members__)}")
 
+        def info(t: TrialState, final: Metric | None) -> dict[str, Any]:
+            return trial_info(t, final, m.exp_dir)
+
         def build() -> bytes:
             trials = [t for t in m.state.trials.values() if not status or t.status.value == status]
-            return b"[" + b",".join(ctx.views.compat(t, trial_info) for t in trials) + b"]"
+            return b"[" + b",".join(ctx.views.compat(t, info) for t in trials) + b"]"
 
         # one build per state version, shared by every client polling it
         return JSON(ctx.views.listing("trial-jobs", (id(m.state), m.state.last_seq, status), build))
 
     async def trial_job(request: Request) -> Response:
-        return JSON(trial_info(trial_or_404(ctx, request.path_params["id"])))
+        return JSON(trial_info(trial_or_404(ctx, request.path_params["id"]), exp_dir=m.exp_dir))
 
     async def add_trial(request: Request) -> Response:
         ctx.require_writable()

@@ -25,7 +25,7 @@ app = typer.Typer(
 update_app = typer.Typer(help="Change a running experiment.", no_args_is_help=True)
 trial_app = typer.Typer(help="List or kill trials.", no_args_is_help=True)
 experiment_app = typer.Typer(help="List, show, export, import and delete experiments.", no_args_is_help=True)
-log_app = typer.Typer(help="Show manager logs and trial log paths.", no_args_is_help=True)
+log_app = typer.Typer(help="Show the manager's log and trials' output.", no_args_is_help=True)
 app.add_typer(update_app, name="update")
 app.add_typer(trial_app, name="trial")
 app.add_typer(experiment_app, name="experiment")
@@ -145,7 +145,10 @@ def create(
         loaded.config.debug = True
     if url_prefix:
         typer.secho("warning: --url_prefix is ignored by nnix", err=True, fg=typer.colors.YELLOW)
-    exp_id, _ = create_experiment(loaded, experiment_id)
+    exp_id, exp_dir = create_experiment(loaded, experiment_id)
+    from nnix.cli.logs import note_created
+
+    note_created(Path(exp_dir), exp_id, config, loaded.warnings)
     try:
         _start(exp_id, "create", port, foreground, host)
     except NnixError:
@@ -411,8 +414,10 @@ def trial_ls(
         trials = ranked[:head] if head is not None else ranked[max(0, len(ranked) - (tail or 0)):]
     if as_json:
         from nnix.api.app import trial_info
+        from nnix.home import Registry
 
-        _dump([trial_info(t) for t in trials])
+        exp_dir = Path(Registry().get(eid).dir)
+        _dump([trial_info(t, exp_dir=exp_dir) for t in trials])
         return
     # a terminal gets a duration instead of the start and end dates, to leave room for the reason
     tty = sys.stdout.isatty()
@@ -674,6 +679,9 @@ def _log(exp_id: str | None, name: str, tail: int | None, head: int | None, path
         typer.echo(f"{file} does not exist (the experiment ran in the foreground?)")
         return
     lines = file.read_text(errors="replace").splitlines()
+    if all(not ln.strip() or ln.startswith(("---", "Experiment ")) for ln in lines):
+        typer.secho(f"(only start headers here: the manager's own log is `nnix log manager {eid}`)", err=True,
+                    dim=True)
     if head is not None:
         lines = lines[:head]
     elif tail is not None:
@@ -698,24 +706,114 @@ def log_stderr(experiment_id: IdArg = None, tail: TailOpt = None, head: HeadOpt 
     _log(experiment_id, "nnictl_stderr.log", tail, head, path)
 
 
+LinesOpt = Annotated[int | None, typer.Option("--tail", "-n", help="Only the last N lines.")]
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="Keep printing what is appended, until it ends.")]
+
+
+@log_app.command("manager")
+def log_manager(
+    experiment_id: IdArg = None, tail: LinesOpt = None, follow: FollowOpt = False, path: PathOpt = False
+) -> None:
+    """The experiment manager's log (log/manager.log): start, limits, each trial's start and end with its
+    reason, assessor decisions, warnings and errors. --follow: until the manager exits."""
+    from nnix.cli.logs import MANAGER_LOG, print_file
+    from nnix.home import Registry, pid_alive, read_state
+
+    eid = resolve_id(experiment_id)
+    exp_dir = Path(Registry().get(eid).dir)
+    file = exp_dir / "log" / MANAGER_LOG
+    if path:
+        typer.echo(str(file))
+        return
+    if not file.exists() and not follow:
+        raise NnixError(f"experiment {eid} has no manager log yet ({file})")
+
+    def alive() -> bool:
+        return pid_alive(read_state(exp_dir, summary=True).manager_pid)
+
+    print_file(file, tail, follow, alive)
+
+
 @log_app.command("trial")
 def log_trial(
     experiment_id: IdArg = None,
-    trial_id: Annotated[str | None, typer.Option("--trial_id", "--trial-id", "-T")] = None,
+    trial_id: Annotated[str | None, typer.Option("--trial_id", "--trial-id", "-T", help="The trial.")] = None,
+    stdout: Annotated[bool, typer.Option("--stdout", help="Its stdout instead of its stderr.")] = False,
+    tail: Annotated[int | None, typer.Option("--tail", "-n", help="The last N lines (default 100).")] = None,
+    follow: FollowOpt = False,
+    path: PathOpt = False,
 ) -> None:
-    """Where a trial's files are (trial.stdout, trial.stderr, trial.log); for a trial that ran on another
-    machine, also where this machine keeps a copy of its stdout and stderr."""
+    """A trial's stderr (or --stdout): its last lines, or --follow it until the trial ends. Local, remote and
+    cluster trials alike (for a trial that ran elsewhere, the copy this machine keeps). Without -T (or with
+    --path): where each trial's files are, with its status and reason."""
+    from nnix.cli.logs import print_file
     from nnix.home import Registry, trial_files_dir
 
     eid, st = _state(experiment_id)
     exp_dir = Path(Registry().get(eid).dir)
-    for t in st.trials.values():
-        if trial_id is None or t.trial_id == trial_id:
-            here = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
-            copy = f" (copy here: {here})" if here is not None and str(here) != t.output_dir else ""
-            typer.echo(f"{t.trial_id}: {t.output_dir or '(not started)'}{copy}")
     if trial_id is not None and trial_id not in st.trials:
-        raise NnixError(f"experiment {eid} has no trial {trial_id}")
+        raise NnixError(f"experiment {eid} has no trial {trial_id}", f"nnix trial ls {eid} lists them")
+    if trial_id is None or path:
+        for t in st.trials.values():
+            if trial_id is None or t.trial_id == trial_id:
+                here = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
+                copy = f" (copy here: {here})" if here is not None and str(here) != t.output_dir else ""
+                why = f"  {t.message}" if t.message else ""
+                typer.echo(f"{t.trial_id}: {t.status.value}  {t.output_dir or '(not started)'}{copy}{why}")
+        return
+    name = "trial.stdout" if stdout else "trial.stderr"
+    t = st.trials[trial_id]
+    watch = _TrialWatch(exp_dir, trial_id)
+    if follow:
+        watch.wait_started()
+        t = watch.trial or t
+    folder = trial_files_dir(exp_dir, trial_id, t.output_dir)
+    if folder is None:
+        raise NnixError(f"trial {trial_id} has not started: it has no output yet", "try again later, or use --follow")
+    file = folder / name
+    reason = f": {t.message}" if t.message else ""
+    typer.secho(f"==> {file} (trial {trial_id} {t.status.value}{reason})", err=True, dim=True)
+    print_file(file, 100 if tail is None else tail, follow, watch.active)
+
+
+class _TrialWatch:
+    """Whether a trial is still going, read from the experiment's log at most once a second (metrics skipped)."""
+
+    KINDS = ("ExperimentCreated", "ManagerStarted", "StatusChanged", "TrialCreated", "TrialStarted",
+             "TrialCancelRequested", "TrialEnded", "TrialRequeued")
+
+    def __init__(self, exp_dir: Path, trial_id: str) -> None:
+        self.exp_dir, self.trial_id = exp_dir, trial_id
+        self.trial: Any = None
+        self._checked = 0.0
+        self._active = True
+
+    def _read(self) -> None:
+        from nnix.core.state import fold
+        from nnix.home import STORE_NAME, pid_alive
+        from nnix.store.sqlite import SqliteStore
+
+        store = SqliteStore(self.exp_dir / STORE_NAME, create=False)
+        try:
+            st = fold(store.read(kinds=self.KINDS))
+        finally:
+            store.close()
+        self.trial = st.trials.get(self.trial_id)
+        # no manager: nobody records its end, but a local trial may still run and write; follow while it lives
+        self._active = (self.trial is not None and self.trial.is_active
+                        and (pid_alive(st.manager_pid) or pid_alive(self.trial.pid)))
+        self._checked = time.monotonic()
+
+    def active(self) -> bool:
+        if time.monotonic() - self._checked >= 1.0:
+            self._read()
+        return self._active
+
+    def wait_started(self) -> None:
+        self._read()
+        while self._active and (self.trial is None or not self.trial.output_dir):
+            time.sleep(0.5)
+            self._read()
 
 
 @app.command()

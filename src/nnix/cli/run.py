@@ -59,13 +59,9 @@ def bind(port: int, host: str = "127.0.0.1") -> socket.socket:
 
 
 def _setup_logging(exp_dir: Path, level: str) -> None:
-    (exp_dir / "log").mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(exp_dir / "log" / "manager.log")
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("nnix")
-    root.handlers[:] = [handler]
-    root.setLevel({"trace": "DEBUG", "fatal": "CRITICAL"}.get(level, level.upper()))
-    root.propagate = False
+    from nnix.cli.logs import setup_manager_logging
+
+    setup_manager_logging(exp_dir, level)
 
 
 # --- exit codes of `create/resume --foreground` and `Experiment.run()` (README "Using it") ---------

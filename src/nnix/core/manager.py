@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nnix.agent.channel import metric_problem
+from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
 from nnix.core.events import (
@@ -108,6 +109,7 @@ class ExperimentManager:
         self._kills: set[asyncio.Task[None]] = set()
         self._listeners: list[Callable[[], None]] = []
         self._waiting_note = ""
+        self._logged_wait = ""
         self._assessed: dict[str, int] = {}
         self._failure: StoreError | None = None
 
@@ -150,7 +152,10 @@ class ExperimentManager:
 
     def _set_status(self, status: ExperimentStatus, message: str = "") -> None:
         if self.state.status is not status or (message and message != self.state.message):
+            before = self.state.status
             self.record(StatusChanged(status, message))
+            level = logging.ERROR if status is ExperimentStatus.ERROR else logging.INFO
+            log.log(level, "experiment %s -> %s%s", before.value, status.value, f": {message}" if message else "")
 
     @property
     def experiment_id(self) -> str:
@@ -169,6 +174,7 @@ class ExperimentManager:
         if name == "search_space":
             SearchSpace.from_json(value)  # raises SearchSpaceError with every problem
         self.record(LimitsUpdated(name, value))
+        log.info("update: %s = %s", name, "(new search space)" if name == "search_space" else value)
         if name == "search_space":
             self._space = None
         self._tuner_exhausted = False
@@ -182,8 +188,11 @@ class ExperimentManager:
         if t is None or not t.is_active:
             return False
         self.record(TrialCancelRequested(trial_id, reason))
+        if reason is CancelReason.USER:
+            log.info("trial %s: cancel requested by the user", trial_id)
         if t.status is TrialStatus.WAITING:
-            self.record(TrialEnded(trial_id, reason.status, None, "canceled before it started"))
+            self.record(TrialEnded(trial_id, reason.status, None, f"{self._cancel_message(t)} before it started"))
+            self._log_end(self.state.trials[trial_id])
         else:
             task = asyncio.ensure_future(self.service.cancel(trial_id))
             self._kills.add(task)
@@ -326,23 +335,45 @@ class ExperimentManager:
         if ev.exit_code == 0:
             status, message = TrialStatus.SUCCEEDED, ""
         elif t.cancel_reason is not None:
-            status, message = t.cancel_reason.status, f"canceled ({t.cancel_reason.value})"
-        elif ev.exit_code is not None:
-            status = TrialStatus.FAILED
-            message = f"exit code {ev.exit_code}" + (f": {ev.stderr_tail}" if ev.stderr_tail else "")
-        elif ev.signal is not None:
-            status, message = TrialStatus.FAILED, f"killed by signal {ev.signal}"
-        else:
-            status = TrialStatus.FAILED
-            message = ev.message or "the trial process ended while no manager watched it; exit status unknown"
+            status, message = t.cancel_reason.status, self._cancel_message(t)
+        else:  # it ended by itself: why, from its exit status and the end of its stderr (nnix.agent.reason)
+            status, message = TrialStatus.FAILED, exit_reason(ev.exit_code, ev.signal, ev.stderr_tail, ev.message)
         self.record(TrialEnded(ev.trial_id, status, ev.exit_code, message))
+        self._log_end(self.state.trials[ev.trial_id])
+
+    def _cancel_message(self, t: TrialState) -> str:
+        """Why nnix stopped a trial, in words (its TrialEnded message)."""
+        reason = t.cancel_reason
+        if reason is CancelReason.EARLY_STOP:
+            assessor = (self.config.get("assessor") or {})
+            name = assessor.get("name") or assessor.get("class_name") or "the assessor"
+            return f"early stopped by the assessor ({name}) after {len(t.intermediate)} intermediate results"
+        if reason is CancelReason.MAX_TRIAL_DURATION:
+            max_d = self.config.get("max_trial_duration")
+            limit = f"{max_d:g} s" if isinstance(max_d, (int, float)) else str(max_d)
+            return f"stopped: it ran longer than maxTrialDuration ({limit})"
+        if reason is CancelReason.EXPERIMENT_STOP:
+            return "canceled: the experiment was stopped"
+        return "canceled by the user"
+
+    def _log_end(self, t: TrialState) -> None:
+        took = "" if t.started_at is None or t.ended_at is None else f" after {t.ended_at - t.started_at:.1f} s"
+        if t.status is TrialStatus.SUCCEEDED:
+            final = t.final
+            result = "no final result" if final is None else f"final {json.dumps(final.value)[:120]}"
+            log.info("trial %s #%d SUCCEEDED%s: %s", t.trial_id, t.sequence_id, took, result)
+        else:
+            level = logging.WARNING if t.status is TrialStatus.FAILED else logging.INFO
+            log.log(level, "trial %s #%d %s%s: %s", t.trial_id, t.sequence_id, t.status.value, took, t.message)
 
     def _record_requeue(self, ev: Requeued) -> None:
         t = self.state.trials.get(ev.trial_id)
         if t is None or t.status.is_terminal:
             return
         if t.cancel_reason is not None:  # it was being stopped anyway: it ends here
-            self.record(TrialEnded(ev.trial_id, t.cancel_reason.status, None, f"canceled ({ev.reason})"))
+            self.record(TrialEnded(ev.trial_id, t.cancel_reason.status, None,
+                                   f"{self._cancel_message(t)} ({ev.reason})"))
+            self._log_end(self.state.trials[ev.trial_id])
             return
         log.warning("trial %s goes back to the queue: %s", ev.trial_id, ev.reason)
         self._assessed.pop(ev.trial_id, None)
@@ -476,17 +507,25 @@ class ExperimentManager:
             try:
                 started = await self.service.submit(self.spec_for(t))
             except ServiceError as e:
+                log.error("trial %s could not be started: %s", t.trial_id, e)
                 self.record(TrialEnded(t.trial_id, TrialStatus.FAILED, None, str(e)))
                 self._set_status(ExperimentStatus.ERROR, str(e))
                 return
             if started is None:
                 self._waiting_note = self.service.waiting_reason()
+                if self._waiting_note and self._waiting_note != self._logged_wait:
+                    log.info("trials wait: %s", self._waiting_note)
+                self._logged_wait = self._waiting_note
                 return  # keep creation order: later trials wait too
+            self._logged_wait = ""
             self.record(
                 TrialStarted(t.trial_id, started.environment_id, started.output_dir, started.pid, started.pid_start,
                              started.gpus)
             )
             slots -= 1
+            gpus = "" if started.gpus is None else f", GPUs {','.join(map(str, started.gpus)) or 'none'}"
+            log.info("trial %s #%d started on %s (pid %s%s): %s", t.trial_id, t.sequence_id, started.environment_id,
+                     started.pid, gpus, _short_json(t.params))
 
     def _enforce_trial_duration(self) -> float | None:
         """Cancel over-time trials; return seconds until the next deadline."""
@@ -538,6 +577,7 @@ class ExperimentManager:
         """Run until the experiment is finished (or stopped). Returns the final status."""
         self.record(ManagerStarted(os.getpid(), action, port, host))
         clear_manager_error(self.exp_dir)  # the store takes writes again: the last halt's reason is history
+        self._log_start(action, port, host)
         try:
             await self.service.start()
         except NnixError as e:  # e.g. no remote machine reachable: say so where users look, then fail
@@ -593,6 +633,30 @@ class ExperimentManager:
             raise self._failure
         return self.state.status
 
+    def _log_start(self, action: str, port: int | None, host: str) -> None:
+        """What this experiment is, in a few lines at the top of each manager session in manager.log."""
+        cfg, st = self.config, self.state
+        log.info("experiment %s: %s by manager pid %d, REST on %s:%s", self.experiment_id, action, os.getpid(), host,
+                 port)
+
+        def algo(section: Any) -> str:
+            if not isinstance(section, dict):
+                return "none"
+            name = section.get("name") or section.get("class_name") or "?"
+            args = section.get("class_args") or {}
+            return f"{name} {_short_json(args)}" if args else str(name)
+
+        log.info("tuner %s (seed %d, %s); assessor %s", algo(cfg.get("tuner")), st.seed, self.direction.value,
+                 algo(cfg.get("assessor")))
+        limits = {"trialConcurrency": st.limits.get("trial_concurrency"),
+                  "maxTrialNumber": st.limits.get("max_trial_number"),
+                  "maxExperimentDuration": st.limits.get("max_experiment_duration"),
+                  "maxTrialDuration": cfg.get("max_trial_duration")}
+        log.info("limits: %s; %d trials so far", ", ".join(f"{k} {v if v is not None else '-'}"
+                                                          for k, v in limits.items()), len(st.trials))
+        log.info("training service %s; trial command %r in %s", getattr(self.service, "platform", "?"),
+                 cfg.get("trial_command"), cfg.get("trial_code_directory"))
+
     async def view(self, port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
         """Serve the experiment read-only (no tuner, no trials) until a stop is requested."""
         self.record(ManagerStarted(os.getpid(), "view", port, host))
@@ -632,11 +696,17 @@ class ExperimentManager:
                 pass
         self._process_inbox()
         for t in self.state.active_trials:  # still there after the deadline: give up on it
+            log.warning("trial %s did not stop within 30 s of the stop request: given up", t.trial_id)
             self.record(TrialEnded(t.trial_id, TrialStatus.SYS_CANCELED, None, "did not stop in time"))
         if self._kills:
             await asyncio.gather(*self._kills, return_exceptions=True)
         self._set_status(ExperimentStatus.STOPPED)
         log.info("stopped")
+
+
+def _short_json(value: Any, limit: int = 200) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _scalar(value: Any) -> float | None:

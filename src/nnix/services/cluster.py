@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from nnix.agent.protocol import Attach, Hello, Kill, Message, Run, Shutdown
+from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Output, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer, Endpoint
@@ -647,8 +648,8 @@ class ClusterService:
         del self._trials[t.trial_id]
         env.trial, env.idle_since = None, self._clock()
         if t.started is not None and not t.started.done():
-            t.started.set_exception(_StartFailed(message.message or message.stderr_tail
-                                                 or f"exit status {message.exit_code}"))
+            t.started.set_exception(_StartFailed(exit_reason(message.exit_code, message.signal, message.stderr_tail,
+                                                             message.message)))
         else:
             self._emit(message)
         if env.single:

@@ -67,6 +67,7 @@ import asyncssh
 
 from nnix import __version__
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run, Shutdown
+from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
 from nnix.errors import GpuUnavailableError, ServiceError
 from nnix.services.agent_server import AgentServer, Endpoint
@@ -973,7 +974,8 @@ class RemoteService:
         env.trials.discard(t.trial_id)
         env.machine.gpus.release(t.trial_id)
         if t.started is not None and not t.started.done():
-            t.started.set_exception(_StartFailed(message.message or f"exit status {message.exit_code}"))
+            t.started.set_exception(_StartFailed(exit_reason(message.exit_code, message.signal, message.stderr_tail,
+                                                             message.message)))
         else:
             self._emit(message)
         if env.draining and not env.trials and not env.stopping:

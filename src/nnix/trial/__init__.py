@@ -11,14 +11,18 @@ report to ``metrics.jsonl``. Nothing connects the trial to the manager process, 
 
 This module is stdlib-only and cheap to import: it may also be loaded by file path, under another name,
 by a Python interpreter that does not have nnix installed. ``json`` and ``warnings`` are imported only
-when first needed. Without ``NNIX_TRIAL_CHANNEL`` the trial runs standalone: ``get_next_parameter()``
-returns ``{}`` and reports are printed to stderr.
+when first needed. Without ``NNIX_TRIAL_CHANNEL`` the trial runs standalone (``python3 trial.py`` by hand):
+``get_next_parameter()`` returns ``{}`` -- or the parameters given by ``NNIX_PARAMETERS`` /
+``NNIX_PARAMETERS_FILE`` -- with a one-line ``RuntimeWarning`` that no experiment is running, and reports are
+printed to stdout.
 
 Environment variables read here:
 
 * ``NNIX_TRIAL_CHANNEL``: the channel directory (absent: standalone).
 * ``NNIX_NAN_POLICY``: ``error`` (default) rejects NaN/±Infinity metrics; ``allow`` records them.
 * ``NNIX_PARAMETER_TIMEOUT``: seconds ``get_next_parameter()`` waits for ``parameter.json`` (default 60).
+* ``NNIX_PARAMETERS`` (a JSON object) or ``NNIX_PARAMETERS_FILE`` (a JSON file holding one): standalone only,
+  the parameters ``get_next_parameter()`` returns (an NNI parameter record's ``parameters`` are taken too).
 * ``NNI_EXP_ID``, ``NNI_TRIAL_JOB_ID``, ``NNI_TRIAL_SEQ_ID``: the ids returned by the ``get_*_id`` functions.
 * ``NNI_OUTPUT_DIR``: when set, each report is also logged to ``$NNI_OUTPUT_DIR/trial.log``.
 """
@@ -55,6 +59,8 @@ __all__ = [
 CHANNEL_ENV = "NNIX_TRIAL_CHANNEL"
 NAN_POLICY_ENV = "NNIX_NAN_POLICY"
 PARAMETER_TIMEOUT_ENV = "NNIX_PARAMETER_TIMEOUT"
+PARAMETERS_ENV = "NNIX_PARAMETERS"
+PARAMETERS_FILE_ENV = "NNIX_PARAMETERS_FILE"
 PARAMETER_FILE = "parameter.json"
 METRICS_FILE = "metrics.jsonl"
 TRIAL_LOG_FILE = "trial.log"
@@ -145,19 +151,19 @@ class _TrialState:
 
     def next_parameter(self) -> Any:
         if self.channel is None:
-            if not self.warned_standalone:
-                self.warned_standalone = True
-                import warnings
+            if not self.fetched:
+                self.parameters, source = _standalone_parameters()
+                self.fetched = True
+                if not self.warned_standalone:
+                    self.warned_standalone = True
+                    import warnings
 
-                warnings.warn(
-                    "Running trial code without an nnix/NNI manager "
-                    f"({CHANNEL_ENV} is not set): get_next_parameter() returns {{}} "
-                    "and reported results are only printed.",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-            self.parameters = {}
-            self.fetched = True
+                    warnings.warn(
+                        f"no nnix/NNI experiment is running ({CHANNEL_ENV} is not set): get_next_parameter() "
+                        f"returns {source}; results are printed, not recorded.",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
             return self.parameters
         if not self.fetched:
             self.record = _read_parameter_record(self.channel)
@@ -192,8 +198,8 @@ class _TrialState:
         if kind == "PERIODICAL":
             message = f"Intermediate result: {text} (index {sequence})"
         if self.channel is None:
-            sys.stderr.write(f"[nnix] {message}\n")
-            sys.stderr.flush()
+            sys.stdout.write(f"[nnix] {message}\n")
+            sys.stdout.flush()
         _log_to_trial_log(message)
 
 
@@ -215,6 +221,31 @@ def _json() -> ModuleType:
     import json
 
     return json
+
+
+def _standalone_parameters() -> tuple[Any, str]:
+    """The parameters of a trial run by hand, and where they came from (for the warning)."""
+    raw = os.environ.get(PARAMETERS_ENV)
+    source = PARAMETERS_ENV
+    if not raw:
+        path = os.environ.get(PARAMETERS_FILE_ENV)
+        if not path:
+            return {}, f"{{}} (to try values: {PARAMETERS_ENV}='{{\"lr\": 0.1}}' or {PARAMETERS_FILE_ENV}=p.json)"
+        source = f"{PARAMETERS_FILE_ENV}={path}"
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = f.read()
+        except OSError as e:
+            raise ValueError(f"{PARAMETERS_FILE_ENV}: cannot read {path}: {e.strerror or e}") from None
+    try:
+        value = _json().loads(raw)
+    except ValueError as e:
+        raise ValueError(f"{source} is not valid JSON: {e}") from None
+    if isinstance(value, dict) and "parameters" in value and "parameter_id" in value:  # an NNI parameter record
+        value = value["parameters"]
+    if not isinstance(value, dict):
+        raise ValueError(f"{source} must be a JSON object of parameters, e.g. {{\"lr\": 0.1}}; got {raw[:80]!r}")
+    return value, f"the parameters of {source}"
 
 
 def _parameter_timeout() -> float:

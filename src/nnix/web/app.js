@@ -403,7 +403,7 @@ function searchFilter(text) {
   const conds = [];
   for (const part of text.split(';').map((x) => x.trim()).filter(Boolean)) {
     const m = part.match(/^([\w.\-:]+)\s*(>=|<=|!=|≠|>|<|=|:)\s*(.+)$/);
-    if (!m) { const q = part.toLowerCase(); conds.push((t) => t.id.toLowerCase().includes(q) || String(t.seq) === q); continue; }
+    if (!m) { const q = part.toLowerCase(); conds.push((t) => t.id.toLowerCase().includes(q) || String(t.seq) === q || (t.message || '').toLowerCase().includes(q)); continue; }
     const [, name, op, rawv] = m;
     const get = fieldGetter(name);
     const range = rawv.match(/^\[\s*([^,]+),\s*([^\]]+)\]$/);
@@ -547,6 +547,7 @@ const trials = {
       { key: 'seq', title: 'Trial No.', width: 92, cls: 'num c-seq', html: (t) => String(t.seq) },
       { key: 'id', title: 'ID', width: 80, cls: 'mono c-id', html: (t) => esc(t.id) },
       { key: 'status', title: 'Status', width: 130, cls: 'c-status', html: (t) => `<span class="st st-${t.status}">${t.status}</span>` },
+      { key: 'message', title: 'Reason', tip: 'why it failed or was stopped (its stderr: Detail)', width: 300, cls: 'c-reason', html: (t) => (t.message && t.status !== 'SUCCEEDED' ? `<span class="${t.status === 'FAILED' ? 'err' : 'muted'}" title="${esc(t.message)}">${esc(t.message)}</span>` : '') },
       { key: 'metric', title: 'Default metric', width: 132, cls: 'num c-metric', html: (t) => (t.metric !== null ? esc(C.fmt(t.metric)) : t.latest !== null && t.latest !== undefined ? `<span class="muted" title="latest intermediate result">${esc(C.fmt(t.latest))}</span>` : '–') },
       { key: 'duration', title: 'Duration', width: 95, cls: 'num c-duration', html: (t) => fmtDur(durationOf(t)) },
       { key: 'start', title: 'Start', width: 150, cls: 'c-start', html: (t) => fmtTime(t.start) },
@@ -751,6 +752,8 @@ const detail = {
   id: null, data: null, sig: '', log: 'stdout', logTimer: null, fetching: false,
   async open(id) {
     this.id = id; this.data = null; this.sig = '';
+    const known = S.trials.get(id);  // an ended trial that did not succeed: its stderr says why
+    this.log = known && !ACTIVE.has(known.status) && known.status !== 'SUCCEEDED' ? 'stderr' : 'stdout';
     const el = $('#drawer');
     el.hidden = false;
     el.innerHTML = '<p class="muted">Loading…</p>';
@@ -794,7 +797,8 @@ const detail = {
     const scroll = el.scrollTop;
     el.innerHTML = `<button class="close" id="detail-close" title="close">✕</button>
       <h2>Trial #${d.seq} <code>${esc(d.id)}</code></h2>
-      <div><span class="st st-${d.status}" id="detail-status">${d.status}</span> ${d.message ? `<span class="muted">${esc(d.message)}</span>` : ''}</div>
+      <div><span class="st st-${d.status}" id="detail-status">${d.status}</span></div>
+      ${d.message ? `<div class="reason section ${d.status === 'FAILED' ? 'err' : 'muted'}" id="detail-reason">${esc(d.message)}${d.exitCode !== null && d.exitCode !== undefined && !String(d.message).includes('exit code') ? ` (exit code ${esc(d.exitCode)})` : ''}</div>` : ''}
       ${d.warnings ? `<div class="section err" id="detail-warnings" title="bad metric lines are skipped; leftover processes are killed">⚠ ${d.warnings} warning${d.warnings === 1 ? '' : 's'}<ul>${(d.warningMessages || []).map((w) => `<li>${esc(w)}</li>`).join('')}</ul></div>` : ''}
       <dl class="kv section"><dt>Default metric</dt><dd id="detail-metric">${esc(C.fmt(d.metric))}</dd>
         <dt>Final result</dt><dd class="mono">${final.length ? esc(JSON.stringify(final[final.length - 1].value)) : '–'}</dd>
