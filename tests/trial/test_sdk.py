@@ -77,7 +77,13 @@ def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
 
 
 def test_nni_is_not_installed() -> None:
-    assert importlib.util.find_spec("nni") is None
+    # Real NNI is absent; what ``import nni`` finds in a script run by hand is nnix's shim, appended
+    # last to sys.meta_path by nnix-nni.pth (so an installed NNI would still win).
+    spec = importlib.util.find_spec("nni")
+    assert spec is not None and spec.origin is not None
+    assert Path(spec.origin).resolve() == (Path(sdk.shim_path()) / "nni" / "__init__.py").resolve()
+    off = _run([sys.executable, "-c", "import nni"], _trial_env(NNIX_NNI_FALLBACK="0"), Path.cwd())
+    assert off.returncode != 0 and "No module named 'nni'" in off.stderr
 
 
 def test_shim_path_holds_the_nni_package() -> None:
@@ -129,8 +135,9 @@ def test_round_trip_through_a_real_trial(tmp_path: Path) -> None:
         NNI_TRIAL_SEQ_ID="5",
         NNI_OUTPUT_DIR=str(output),
     )
-    # Without the shim on the path, ``import nni`` fails: the shim is what makes NNI code run.
-    failed = _run([sys.executable, "-c", "import nni"], _trial_env(), tmp_path)
+    # Without the shim (path or by-hand fallback), ``import nni`` fails: the shim is what makes NNI
+    # code run.
+    failed = _run([sys.executable, "-c", "import nni"], _trial_env(NNIX_NNI_FALLBACK="0"), tmp_path)
     assert failed.returncode != 0
     assert "No module named 'nni'" in failed.stderr
 
