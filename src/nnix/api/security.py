@@ -61,9 +61,12 @@ def new_secret() -> str:
 def split_host(value: str) -> str:
     """The name or address of a ``Host`` (or ``Origin`` authority) value, without port, lower case."""
     value = value.strip().lower()
-    if value.startswith("["):  # [::1]:8080
+    if value.startswith("["):  # [::1]:8080; anything after the bracket but a port makes it no address
         end = value.find("]")
-        return value[1:end] if end > 0 else value
+        rest = value[end + 1:] if end > 0 else ""
+        if end > 0 and (rest == "" or (rest.startswith(":") and rest[1:].isdigit())):
+            return value[1:end]
+        return value
     if value.count(":") == 1:
         value = value.split(":", 1)[0]
     return value.rstrip(".")
