@@ -324,3 +324,21 @@ def test_foreign_page_cannot_frame_the_ui(browser: Any, experiment: tuple[Path, 
         page.close()
     finally:
         cross.shutdown()
+
+
+def test_ui_changes_work_across_a_manager_restart(browser: Any, experiment: tuple[Path, int, str]) -> None:
+    """A resumed manager has a new anti-CSRF secret: a UI page left open fetches it again and its change
+    goes through (the refusal of the stale secret is not shown to the user)."""
+    exp_dir, port, _ = experiment
+    exp_id = exp_dir.name
+    page = browser.new_page()
+    page.goto(f"http://127.0.0.1:{port}/#/overview")
+    page.wait_for_selector("#ed-concurrency")
+    for args in (["stop", exp_id], ["resume", exp_id, "--port", str(port)]):
+        r = subprocess.run([*NNIX, *args], capture_output=True, text=True, timeout=60, env=os.environ.copy())
+        assert r.returncode == 0, r.stderr
+    page.fill("#ed-concurrency", "2")
+    page.click("#ed-save")
+    page.wait_for_function("() => document.querySelector('#ed-msg').textContent === 'saved'")
+    _wait(lambda: read_state(exp_dir).limits["trial_concurrency"] == 2)
+    page.close()
