@@ -144,7 +144,7 @@ def browser(url: str, runs: int) -> dict[str, list[float]] | str:
             for _ in range(runs):
                 page = b.new_page(viewport={"width": 1400, "height": 1000})
                 page.goto(url + "#/trials/params")
-                page.wait_for_function("window.__nnix && window.__nnix.tablePaint > 0 && "
+                page.wait_for_function("() => window.__nnix && window.__nnix.tablePaint > 0 && "
                                        "window.__nnix.parcoordsPaint > 0", timeout=60000)
                 out["table"].append(page.evaluate("window.__nnix.tablePaint"))
                 out["parcoords"].append(page.evaluate("window.__nnix.parcoordsPaint"))

@@ -241,6 +241,16 @@ def _default_home() -> Path:
     return Path.home() / "nni-experiments"
 
 
+def _host_name(value: str) -> str:
+    from nnix.api.security import check_host_name
+
+    try:
+        return check_host_name(value)
+    except ValueError as e:
+        hint = "e.g. allowedHosts: [myhost.lan]"
+        raise PydanticCustomError("host_name", "{why}", {"why": str(e), "hint": hint}) from e
+
+
 AbsPath = Annotated[Path, AfterValidator(_resolve)]
 ExistingDir = Annotated[Path, AfterValidator(_resolve), AfterValidator(_existing_dir)]
 Duration = Annotated[int, BeforeValidator(_duration), Field(strict=True, gt=0)]
@@ -1034,6 +1044,8 @@ class ExperimentConfig(_Model):
     """Also append the parameters to the trial command as ``--name=value``."""
     nan_policy: Literal["error", "allow"] = "error"
     """What a NaN metric does: fail the trial (``error``) or be recorded as is (``allow``)."""
+    allowed_hosts: list[Annotated[str, AfterValidator(_host_name)]] | None = None
+    """More ``Host`` names the REST server answers besides its own (DNS-rebinding check); ``*``: any."""
 
     @model_validator(mode="after")
     def _checks(self, info: ValidationInfo) -> ExperimentConfig:

@@ -134,7 +134,7 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         page.wait_for_selector(".vt-row[data-id]")
         first_count = len(_rows(page))
         # trials appear live (server-sent events; the page is not reloaded)
-        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 6", timeout=30000)
+        page.wait_for_function("() => document.querySelectorAll('.vt-row:not([hidden])').length === 6", timeout=30000)
         assert first_count < 6
         page.wait_for_function("""() => Array.from(document.querySelectorAll('.vt-row .c-status'))
             .filter((c) => c.textContent === 'SUCCEEDED').length === 5""", timeout=30000)
@@ -160,18 +160,18 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         page.uncheck("input[name=status-filter][value=RUNNING]")
         target = sorted(finals)[0]
         page.fill("#trial-search", target)
-        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 1")
+        page.wait_for_function("() => document.querySelectorAll('.vt-row:not([hidden])').length === 1")
         assert _rows(page)[0]["id"] == target
         page.fill("#trial-search", "")
-        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 6")
+        page.wait_for_function("() => document.querySelectorAll('.vt-row:not([hidden])').length === 6")
 
         # a trial's detail and its log file
         page.click(row(target) + " .c-id")
         page.wait_for_selector("#detail-status")
         assert page.inner_text("#detail-status") == "SUCCEEDED"
-        page.wait_for_function("document.querySelector('#log-view').textContent.includes('hello from trial')")
+        page.wait_for_function("() => document.querySelector('#log-view').textContent.includes('hello from trial')")
         page.click("#log-tabs button[data-log='trial.log']")
-        page.wait_for_function("!document.querySelector('#log-view').textContent.includes('hello from trial')")
+        page.wait_for_function("() => !document.querySelector('#log-view').textContent.includes('hello from trial')")
         page.click("#detail-close")
         page.wait_for_selector("#drawer", state="hidden")
 
@@ -179,7 +179,7 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         for tab in ("params", "inter", "duration", "metric"):
             page.click(f"#chart-tabs button[data-tab={tab}]")
         page.goto(url + "#/overview")
-        page.wait_for_function("document.querySelector('#ov-best-value').textContent !== 'N/A'")
+        page.wait_for_function("() => document.querySelector('#ov-best-value').textContent !== 'N/A'")
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "ui-overview.png"))
 
@@ -191,7 +191,7 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         page.click("#ed-save")
         _wait(lambda: read_state(exp_dir).limits["max_trial_number"] == 7)
         assert read_state(exp_dir).limits["trial_concurrency"] == 1
-        page.wait_for_function("document.querySelector('#ed-msg').textContent === 'saved'")
+        page.wait_for_function("() => document.querySelector('#ed-msg').textContent === 'saved'")
 
         # re-run a trial with edited parameters: a customized trial, recorded and shown live
         page.goto(url + f"#/trial/{target}")
@@ -204,7 +204,7 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         page.wait_for_selector(row(custom.trial_id))
         page.click("#detail-rerun")  # once more: maxTrialNumber is reached, the manager refuses
         page.click("#rerun-submit")
-        page.wait_for_function("document.querySelector('#rerun-msg').textContent.includes('maxTrialNumber')")
+        page.wait_for_function("() => document.querySelector('#rerun-msg').textContent.includes('maxTrialNumber')")
         page.click("#rerun-cancel")
         page.click("#detail-close")
 
@@ -221,7 +221,7 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         page.click(row(running) + " button[data-act=kill]")
         page.click("#confirm-ok")
         _wait(lambda: read_state(exp_dir).trials[running].status is TrialStatus.USER_CANCELED)
-        page.wait_for_function(f"document.querySelector({json.dumps(row(running) + ' .c-status')})"
+        page.wait_for_function(f"() => document.querySelector({json.dumps(row(running) + ' .c-status')})"
                                ".textContent === 'USER_CANCELED'")
         assert page.locator(row(running) + " button[data-act=kill]").count() == 0
         page.screenshot(path=str(ARTIFACTS / "ui-trials.png"))
@@ -241,19 +241,21 @@ def test_view_is_read_only_and_customized_rerun_is_refused(tmp_path: Path, page:
     exp_id, url = _start("view", exp_id, "--port", "0")
     try:
         page.goto(url + "#/overview")
-        page.wait_for_function("document.querySelector('#exp-status').textContent === 'VIEWED'")
+        page.wait_for_function("() => document.querySelector('#exp-status').textContent === 'VIEWED'")
         assert page.is_visible("#ro-badge") and page.is_disabled("#ed-concurrency")
         assert not page.is_visible("#ed-save")
         page.goto(url + "#/trials")
-        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 3")
+        page.wait_for_function("() => document.querySelectorAll('.vt-row:not([hidden])').length === 3")
         first = _rows(page)[0]["id"]
         page.click(row(first) + " .c-id")
         page.wait_for_selector("#detail-status")
         assert not page.is_visible("#detail-rerun")
         assert "1 metric line not recorded (line 2: 'sequence'" in page.inner_text("#detail-warnings")
-        # even a hand-made request is refused by the server
+        # even a hand-made request (with the page's anti-CSRF token, as the UI sends it) is refused by the server
         status = page.evaluate("""async () => (await fetch('/api/nnix/v1/trials', {method: 'POST',
-            headers: {'Content-Type': 'application/json'}, body: JSON.stringify({parameters: {x: 0.5}})})).status""")
+            headers: {'Content-Type': 'application/json',
+                      'X-Nnix-Csrf': document.querySelector('meta[name="nnix-csrf"]').content},
+            body: JSON.stringify({parameters: {x: 0.5}})})).status""")
         assert status == 400
         page.goto(url + "#/experiments")
         page.wait_for_selector(f"#exp-table tr[data-id='{exp_id}']")
@@ -290,12 +292,12 @@ def test_failed_trials_show_their_reason_in_the_table_and_the_detail(tmp_path: P
         page.wait_for_selector(row(tid) + " .c-reason .err")
         assert page.inner_text(row(tid) + " .c-reason") == reason
         page.fill("#trial-search", "filenotfound")  # free-text search finds reasons too
-        page.wait_for_function("document.querySelectorAll('.vt-row:not([hidden])').length === 1")
+        page.wait_for_function("() => document.querySelectorAll('.vt-row:not([hidden])').length === 1")
         page.click(row(tid) + " .c-id")
         page.wait_for_selector("#detail-reason")
         assert page.inner_text("#detail-reason") == reason
         # the log shown first is the trial's stderr, with the traceback
-        page.wait_for_function("document.querySelector('#log-view').textContent.includes('Traceback')")
+        page.wait_for_function("() => document.querySelector('#log-view').textContent.includes('Traceback')")
         assert page.locator("#log-tabs button.active").get_attribute("data-log") == "stderr"
     finally:
         assert nnix("stop", exp_id).returncode == 0

@@ -15,14 +15,15 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
 
 from nnix.api import compat, native, static
 from nnix.api.auth import TokenMiddleware
 from nnix.api.common import ApiContext, ApiError, Handler, error
 from nnix.api.compat import PREFIX, UPDATES, metric_record, profile, trial_info
+from nnix.api.security import HostPolicy, SecurityMiddleware, configured_hosts, new_secret
 from nnix.api.sse import EventHub
 from nnix.api.views import TrialViews
 from nnix.core.manager import ExperimentManager
@@ -39,6 +40,9 @@ def guard(handler: Handler) -> Handler:
             return await handler(request)
         except ApiError as e:
             return error(e.status, e.message)
+        except ClientDisconnect:  # not a failure of the manager: one line, no traceback
+            log.info("%s %s: the client hung up before sending the whole body", request.method, request.url.path)
+            return error(400, "the client hung up")
         except NnixError as e:
             return error(400, e.message)
         except Exception as e:  # a bug in a handler: answer 500, keep the manager running
@@ -56,12 +60,27 @@ def _guarded(routes: list[Route]) -> list[BaseRoute]:
     return out
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method some route of the app answers on this path (routes are one per method)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE and isinstance(route, Route):
+            methods |= route.methods or set()
+    return ", ".join(sorted(methods))
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
     if request.url.path.startswith("/api/"):
         message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
-        return error(exc.status_code, message.get(exc.status_code, str(exc.detail)))
-    return PlainTextResponse(str(exc.detail), status_code=exc.status_code)
+        response = error(exc.status_code, message.get(exc.status_code, str(exc.detail)))
+        response.headers.update(headers)
+        return response
+    return PlainTextResponse(str(exc.detail), status_code=exc.status_code, headers=headers)
 
 
 class ApiApp:
@@ -92,15 +111,22 @@ class ApiApp:
                 await send({"type": "http.response.body", "body": body})
 
 
-def create_app(manager: ExperimentManager, *, read_only: bool = False, token: str | None = None) -> ApiApp:
-    """The ASGI app for ``manager``. ``token``: require it on every API call (non-loopback binds)."""
+def create_app(
+    manager: ExperimentManager, *, read_only: bool = False, token: str | None = None, bind_host: str = "127.0.0.1",
+) -> ApiApp:
+    """The ASGI app for ``manager``. ``token``: require it on every API call (non-loopback binds).
+    ``bind_host``: where the server listens, which decides the ``Host`` names it answers
+    (:mod:`nnix.api.security`, with the config's ``allowedHosts``)."""
     views = TrialViews(manager)
     hub = EventHub(manager, views, read_only)
     ctx = ApiContext(manager=manager, read_only=read_only, views=views, hub=hub, token=token)
-    routes = _guarded(compat.routes(ctx) + native.routes(ctx) + static.routes())
+    secret = new_secret()  # the UI's anti-CSRF token: written into its page, required on its changes
+    routes = _guarded(compat.routes(ctx) + native.routes(ctx) + static.routes(csrf=secret))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.ctx = ctx
     inner: Any = TokenMiddleware(app, token) if token else app
+    hosts = HostPolicy(bind_host, configured_hosts(manager.config.get("allowed_hosts")))
+    inner = SecurityMiddleware(inner, secret=secret, hosts=hosts)
     try:  # served from the manager's loop: build the trial summaries before the first page asks
         loop = asyncio.get_running_loop()
     except RuntimeError:

@@ -41,7 +41,11 @@ class Assets:
         return data, TYPES[suffix]
 
 
-def routes(assets: Assets | None = None) -> list[Route]:
+CSRF_SLOT = b'<meta name="nnix-csrf" content="">'
+
+
+def routes(assets: Assets | None = None, csrf: str = "") -> list[Route]:
+    """``csrf``: the server's anti-CSRF secret, written into the page (:mod:`nnix.api.security`)."""
     files = assets or Assets()
 
     def _send(name: str) -> Response:
@@ -50,7 +54,9 @@ def routes(assets: Assets | None = None) -> list[Route]:
                                                          "X-Content-Type-Options": "nosniff"})
 
     async def index(_: Request) -> Response:
-        return _send("index.html")
+        data, ctype = files.get("index.html")
+        page = data.replace(CSRF_SLOT, b'<meta name="nnix-csrf" content="%s">' % csrf.encode())
+        return Response(page, media_type=ctype, headers={"Cache-Control": "no-store"})
 
     async def asset(request: Request) -> Response:
         return _send(request.path_params["name"])

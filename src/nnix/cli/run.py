@@ -356,7 +356,9 @@ def summary_lines(outcome: RunOutcome, exp_dir: Path) -> list[str]:
     return out
 
 
-async def _serve(manager: ExperimentManager, sock: socket.socket, read_only: bool, token: str | None = None) -> Any:
+async def _serve(
+    manager: ExperimentManager, sock: socket.socket, read_only: bool, token: str | None = None, host: str = "127.0.0.1",
+) -> Any:
     # importing the web stack takes ~0.1 s: do it in a thread so the first trials start meanwhile
     await asyncio.to_thread(importlib.import_module, "uvicorn")
     import uvicorn
@@ -369,7 +371,8 @@ async def _serve(manager: ExperimentManager, sock: socket.socket, read_only: boo
         def capture_signals(self) -> Any:
             return contextlib.nullcontext()
 
-    config = uvicorn.Config(create_app(manager, read_only=read_only, token=token), log_level="warning", lifespan="off")
+    app = create_app(manager, read_only=read_only, token=token, bind_host=host)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
     server = _Server(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     return server, task
@@ -419,7 +422,7 @@ def run_manager(
             run = asyncio.ensure_future(manager.view(actual_port, host))
         else:
             run = asyncio.ensure_future(manager.run(action, actual_port, host))
-        server, serving = await _serve(manager, sock, action == "view", token)
+        server, serving = await _serve(manager, sock, action == "view", token, host)
         try:
             while not run.done():
                 await asyncio.wait({run}, timeout=0.5)

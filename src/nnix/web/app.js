@@ -33,14 +33,29 @@ class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
-async function api(path, { method = 'GET', body, raw = false } = {}) {
+// the server's anti-CSRF secret, written into this page; every change sends it back (a foreign page can
+// neither read it nor send the header). A restarted manager has a new one: fetched again once on refusal.
+let csrf = (document.querySelector('meta[name="nnix-csrf"]') || {}).content || '';
+async function refreshCsrf() {
+  const page = await (await fetch('/', { cache: 'no-store' })).text();
+  const m = /<meta name="nnix-csrf" content="([^"]*)">/.exec(page);
+  if (m) csrf = m[1];
+  return !!m;
+}
+
+async function api(path, { method = 'GET', body, raw = false, retried = false } = {}) {
   const headers = {};
   const t = token();
   if (t) headers.Authorization = 'Bearer ' + t;
+  if (method !== 'GET') headers['X-Nnix-Csrf'] = csrf;
   const init = { method, headers };
   if (body !== undefined) { headers['Content-Type'] = 'application/json'; init.body = JSON.stringify(body); }
   const r = await fetch(API + path, init);
   if (r.status === 401) { askToken(); throw new ApiError(401, 'a token is required'); }
+  if (r.status === 403 && !retried && method !== 'GET') {
+    const why = await r.clone().json().catch(() => ({}));
+    if (why.reason === 'csrf' && await refreshCsrf()) return api(path, { method, body, raw, retried: true });
+  }
   if (raw) { if (!r.ok) throw new ApiError(r.status, await r.text()); return r; }
   const ctype = r.headers.get('content-type') || '';
   const data = ctype.includes('json') ? await r.json() : await r.text();
