@@ -131,6 +131,8 @@ def _brief(value: Any, out: list[str], budget: list[int], depth: int) -> None:
                 _brief(v, out, budget, depth + 1)
             else:
                 _brief(item, out, budget, depth + 1)
+        if isinstance(value, tuple) and len(value) == 1:
+            put(",")
         put(closing)
     else:
         put(f"<{type(value).__name__}>")
