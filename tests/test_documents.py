@@ -43,6 +43,7 @@ def test_yaml_features_configs_use_still_work() -> None:
         ("a: " + "[" * 101 + "]" * 101 + "\n", "a" + "[0]" * 99, 1, "nested deeper than 100 levels"),
         ("a: 1\n---\nb: 2\n", "", 2, "a second YAML document"),
         ("n: " + "1" * 4001 + "\n", "", 1, "more than 4000 digits"),
+        ("a: 1\nwhen: 2001-02-30\n", "", 2, "cannot read '2001-02-30' as a timestamp: day is out of range"),
     ],
 )
 def test_yaml_problems_name_the_path_and_line(text: str, path: str, line: int, fragment: str) -> None:

@@ -229,6 +229,18 @@ class _GuardedComposer:
 
 
 class _Constructor(SafeConstructor):
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (DocumentError, yaml.YAMLError):
+            raise
+        except Exception as e:  # PyYAML's converters raise ValueError, KeyError...: 2001-13-45, !!bool maybe
+            what = brief(node.value) if isinstance(node, ScalarNode) else "this value"
+            tag = str(node.tag).rpartition(":")[2][:40]
+            why = "" if isinstance(e, KeyError) else f": {str(e)[:100]}"
+            raise DocumentError(f"cannot read {what} as a {tag}{why}", line=_line(node.start_mark),
+                                hint="quote it if it is meant as text") from None
+
     def construct_yaml_int(self, node: ScalarNode) -> int:
         text = str(node.value)
         if len(text) > limits.MAX_INT_DIGITS and sum(c.isdigit() for c in text) > limits.MAX_INT_DIGITS:
@@ -287,6 +299,7 @@ def load_yaml(text: str) -> Any:
             raise DocumentError(f"nested deeper than {limits.MAX_DEPTH} levels", line=_line(mark),
                                 hint="is this the right file?") from None
         detail = f"{problem} ({e.context})" if e.context else str(problem)
+        detail = detail if len(detail) <= 300 else detail[:297] + "..."
         hint = "check indentation, and that each ':' is followed by a space"
         if isinstance(e, ConstructorError):
             hint = "nnix reads plain YAML: no Python tags (!!python/...) or other custom tags"
