@@ -453,3 +453,159 @@ def test_the_example_cluster_configs_load(name: str) -> None:
     cfg = load_config(path).config
     assert cfg.training_service.platform == name
     assert cfg.trial_code_directory == path.parents[1]  # the example's code, one level up
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile files (issue 11, item 8): bounded work, a clear error with the field path and the line
+
+VALID_TEXT = textwrap.dedent(
+    """\
+    searchSpace: {x: {_type: choice, _value: [1, 2, 3]}}
+    trialCommand: python3 main.py
+    trialConcurrency: 2
+    tuner: {className: cfg_test_tuner.MyTuner}
+    trainingService: {platform: local}
+    """
+)
+
+
+def with_key(key: str, value: str) -> str:
+    """VALID_TEXT with ``key: value`` set (replaced, or added at the end)."""
+    lines = [line for line in VALID_TEXT.splitlines() if not line.startswith(f"{key}:")]
+    return "\n".join([*lines, f"{key}: {value}"]) + "\n"
+
+
+def _one_issue(path: Path) -> Any:
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert len(info.value.issues) == 1, info.value.issues
+    return info.value.issues[0]
+
+
+def _load_in_subprocess(path: Path) -> str:
+    """load_config in a child with a deadline: the old loader hung (or blew the stack) on these files."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom nnix.config import load_config\nfrom nnix.errors import ConfigError\n"
+        f"try:\n    load_config({str(path)!r})\nexcept ConfigError as e:\n    print(e.message)\n    sys.exit(2)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    return r.stdout
+
+
+def test_billion_laughs_is_refused_quickly_with_the_line(tmp_path: Path) -> None:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
+    base(tmp_path)
+    text = "\n".join(lines) + "\n" + VALID_TEXT.replace("trialConcurrency: 2", "trialConcurrency: *l9")
+    out = _load_in_subprocess(write(tmp_path, text))
+    assert "more than 2,000,000 values" in out and "(aliases counted as expanded)" in out
+    assert "at line 7" in out and "config.yml" in out
+
+
+def test_an_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
+    issue = _one_issue(write(tmp_path, VALID_TEXT + "experimentName: &a [1, *a]\n"))
+    assert issue.path == "experimentName[1]" and "inside its own anchor" in issue.message
+
+
+def test_yaml_nesting_10000_deep_is_refused_without_recursion_error(tmp_path: Path) -> None:
+    out = _load_in_subprocess(write(tmp_path, VALID_TEXT + "experimentName: " + "[" * 10000 + "]" * 10000 + "\n"))
+    assert "nested deeper than 100 levels" in out and "line 6" in out
+
+
+def test_deep_block_nesting_names_the_path_and_line(tmp_path: Path) -> None:
+    nested = "".join(f"{'  ' * i}k{i}:\n" for i in range(120)) + "  " * 120 + "leaf\n"
+    issue = _one_issue(write(tmp_path, VALID_TEXT + "tuner2:\n" + textwrap.indent(nested, "  ")))
+    assert "nested deeper than 100 levels" in issue.message and "at line" in issue.message
+    assert issue.path.startswith("tuner2.k0.k1.k2")
+
+
+def test_duplicate_keys_are_an_error_with_path_and_lines(tmp_path: Path) -> None:
+    issue = _one_issue(write(tmp_path, VALID_TEXT + "trialConcurrency: 5\n"))
+    assert issue.path == "trialConcurrency"
+    assert "at line 6: duplicate key (first at line 3)" in issue.message
+    nested = VALID_TEXT.replace("{platform: local}", "{platform: local, useActiveGpu: true, useActiveGpu: false}")
+    issue = _one_issue(write(tmp_path, nested))
+    assert issue.path == "trainingService.useActiveGpu" and "duplicate key" in issue.message
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path: Path) -> None:
+    base(tmp_path)
+    text = VALID_TEXT.replace("trainingService: {platform: local}", "common: &c {platform: local}\n") + (
+        "trainingService:\n  <<: *c\n  platform: local\n"
+    )
+    issue = _one_issue(write(tmp_path, text))
+    assert issue.path == "common"  # only the unknown key: the merge and its override are fine
+
+
+def test_integers_too_long_to_read_are_refused(tmp_path: Path) -> None:
+    issue = _one_issue(write(tmp_path, VALID_TEXT.replace("trialConcurrency: 2", "trialConcurrency: " + "9" * 5000)))
+    assert "more than 4000 digits" in issue.message and "line 3" in issue.message
+
+
+def test_values_in_messages_are_cut_short(tmp_path: Path) -> None:
+    big = "x" * 1_000_000
+    issue = _one_issue(write(tmp_path, VALID_TEXT.replace("trialConcurrency: 2", f"trialConcurrency: {big}")))
+    assert issue.path == "trialConcurrency" and len(issue.message) < 200
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("trialConcurrency", "1000000000000", "at most 10000"),
+        ("trialConcurrency", "10001", "at most 10000"),
+        ("maxTrialNumber", "99999999999999999999", "at most 999999999"),
+        ("maxExperimentDuration", "3651d", "at most 315360000s"),
+        ("maxTrialDuration", "99999999999999h", "at most 315360000s"),
+        ("trialGpuNumber", "100000", "at most 1024"),
+    ],
+)
+def test_huge_limits_are_refused(tmp_path: Path, key: str, value: str, fragment: str) -> None:
+    base(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, with_key(key, value)))
+    (issue,) = [i for i in info.value.issues if i.path == key]
+    assert fragment in issue.message
+    assert issue.hint and key in issue.hint
+
+
+def test_limits_at_the_bound_are_accepted(tmp_path: Path) -> None:
+    base(tmp_path)
+    extra = "maxTrialNumber: 999999999\nmaxExperimentDuration: 3650d\nmaxTrialDuration: 3650d\n"
+    cfg = load_config(write(tmp_path, VALID_TEXT.replace("trialConcurrency: 2", "trialConcurrency: 10000") + extra))
+    assert cfg.config.trial_concurrency == 10000 and cfg.config.max_experiment_duration == 3650 * 86400
+
+
+def test_files_larger_than_the_limit_are_not_read(tmp_path: Path) -> None:
+    path = write(tmp_path, VALID_TEXT)
+    with open(path, "r+b") as f:
+        f.truncate(33 * 1024 * 1024)  # sparse: the old loader read and scanned all of it
+    issue = _one_issue(path)
+    assert "larger than 32 MiB" in issue.message
+
+
+def test_non_utf8_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.yml"
+    path.write_bytes(VALID_TEXT.encode() + "experimentName: caf\u00e9\n".encode("latin-1"))
+    issue = _one_issue(path)
+    assert "is not UTF-8 text" in issue.message and "line 6" in issue.message
+
+
+@needs_space
+def test_search_space_file_with_duplicate_keys_or_deep_nesting(tmp_path: Path) -> None:
+    base(tmp_path)
+    cfg = write(tmp_path, VALID_TEXT.replace("searchSpace: {x: {_type: choice, _value: [1, 2, 3]}}",
+                                             "searchSpaceFile: space.json"))
+    (tmp_path / "space.json").write_text('{"x": {"_type": "choice", "_value": [1]}, "x": {"_type": "uniform"}}')
+    issue = _one_issue(cfg)
+    assert issue.path == "searchSpaceFile" and "duplicate key 'x'" in issue.message
+    spec = '{"_type": "choice", "_value": [{"_name": "leaf"}]}'
+    for i in range(2000):
+        spec = f'{{"_type": "choice", "_value": [{{"_name": "n{i}", "x": {spec}}}]}}'
+    (tmp_path / "space.json").write_text(f'{{"x": {spec}}}')
+    out = _load_in_subprocess(cfg)
+    assert "searchSpaceFile" in out and "nested deeper than 100 levels" in out

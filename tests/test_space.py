@@ -578,3 +578,76 @@ def test_key_is_canonical() -> None:
     assert key({"a": 1}) != key({"a": 1.0})
     assert key({"a": np.int64(3)}) == key({"a": 3})
     assert json.loads(key({"a": 0.5})) == {"a": 0.5}
+
+
+# --------------------------------------------------------------------------------------------------
+# bounds (issue 11, item 8): a clear issue instead of a RecursionError or minutes of work
+
+
+def nested_choices(depth: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {"_type": "choice", "_value": [{"_name": "leaf"}]}
+    for i in range(depth - 1):
+        spec = {"_type": "choice", "_value": [{"_name": f"n{i}", "x": spec}]}
+    return {"x": spec}
+
+
+def test_nested_choices_2000_deep_are_an_issue_not_a_recursion_error() -> None:
+    (issue,) = validate(nested_choices(2000))
+    assert "nested deeper than 100 levels" in issue.message
+    assert issue.path.startswith("searchSpace.x._value[0].x._value[0]")
+    with pytest.raises(SearchSpaceError, match="nested deeper"):
+        SearchSpace.from_json(nested_choices(2000))
+
+
+def test_nested_choice_depth_limit_is_16() -> None:
+    assert validate(nested_choices(16)) == []
+    assert len(SearchSpace.from_json(nested_choices(16)).parameters) == 16
+    (issue,) = validate(nested_choices(17))
+    assert "choices are nested more than 16 levels deep" in issue.message
+    assert issue.path == "searchSpace" + ".x._value[0]" * 16 + ".x._value"
+
+
+def test_deeply_nested_option_values_are_an_issue() -> None:
+    option: Any = 1
+    for _ in range(5000):
+        option = [option]
+    (issue,) = validate({"x": {"_type": "choice", "_value": [option]}})
+    assert "nested deeper than 100 levels" in issue.message
+
+
+def test_a_million_options_are_accepted_and_one_more_is_not() -> None:
+    space = SearchSpace.from_json({"x": {"_type": "choice", "_value": list(range(1_000_000))}})
+    assert space["x",].size == 1_000_000
+    (issue,) = validate({"x": {"_type": "choice", "_value": list(range(1_000_001))}})
+    assert issue.path == "searchSpace.x._value"
+    assert "1,000,001 options, more than nnix's limit of 1,000,000" in issue.message
+
+
+def test_a_space_with_too_many_values_in_all_is_an_issue() -> None:
+    raw = {f"p{i}": {"_type": "choice", "_value": list(range(500_000))} for i in range(5)}
+    (issue,) = validate(raw)
+    assert issue.path == "searchSpace" and "more than 2,000,000 values" in issue.message
+
+
+def test_shared_structure_is_counted_expanded() -> None:
+    """A structure that shares its parts (what YAML aliases build) is bounded by what it expands to.
+    In a child with a deadline: walking all 9**10 values took hours."""
+    import subprocess
+    import sys
+
+    code = (
+        "from nnix.space import validate\n"
+        "level = ['lol'] * 9\n"
+        "for _ in range(9):\n    level = [level] * 9\n"
+        "(issue,) = validate({'x': {'_type': 'choice', '_value': level}})\n"
+        "print(issue.message)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "more than 2,000,000 values" in r.stdout
+
+
+def test_long_names_and_values_are_cut_in_messages() -> None:
+    name = "p" * 100_000
+    (issue,) = validate({name: {"_type": "t" * 1_000_000, "_value": [0, 1]}})
+    assert len(issue.path) < 200 and len(issue.message) < 200

@@ -25,7 +25,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, Union
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -42,7 +41,10 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from nnix import limits
+from nnix.documents import DocumentError, load_json, load_yaml, read_text
 from nnix.errors import ConfigError, FieldIssue
+from nnix.limits import brief
 from nnix.registry import AlgorithmRef, Kind, algorithm_issues
 
 if TYPE_CHECKING:
@@ -122,24 +124,24 @@ def parse_duration(value: Any) -> int:
     A bare number is seconds. Raises :class:`ValueError` on anything else.
     """
     if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}")
+        raise ValueError(f"invalid duration {brief(value)}")
     if isinstance(value, int):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"invalid duration {value!r}")
+            raise ValueError(f"invalid duration {brief(value)}")
         amount, unit = Decimal(repr(value)), ""
     elif isinstance(value, str):
         match = _DURATION_RE.match(value)
         if match is None:
-            raise ValueError(f"invalid duration {value!r}")
+            raise ValueError(f"invalid duration {brief(value)}")
         try:
             amount = Decimal(match.group(1))
         except InvalidOperation as e:  # pragma: no cover - the regex admits only decimals
-            raise ValueError(f"invalid duration {value!r}") from e
+            raise ValueError(f"invalid duration {brief(value)}") from e
         unit = match.group(2).lower()
     else:
-        raise ValueError(f"invalid duration {value!r}")
+        raise ValueError(f"invalid duration {brief(value)}")
     return math.ceil(amount * _UNIT_SECONDS[unit])
 
 
@@ -147,7 +149,7 @@ def parse_gpu_indices(value: Any) -> list[int]:
     """NNI's GPU index forms (``1``, ``[0, 1]``, ``"0,1"``) as a list; negatives and duplicates rejected."""
     items: list[Any]
     if isinstance(value, bool):
-        raise ValueError(f"expected GPU indices, got {value!r}")
+        raise ValueError(f"expected GPU indices, got {brief(value)}")
     if isinstance(value, int):
         items = [value]
     elif isinstance(value, str):
@@ -155,16 +157,16 @@ def parse_gpu_indices(value: Any) -> list[int]:
         items = []
         for part in parts:
             if not re.fullmatch(r"-?\d+", part):
-                raise ValueError(f"{part!r} in {value!r} is not a GPU index")
+                raise ValueError(f"{brief(part)} in {brief(value)} is not a GPU index")
             items.append(int(part))
     elif isinstance(value, (list, tuple)):
         items = list(value)
     else:
-        raise ValueError(f"expected GPU indices, got {value!r}")
+        raise ValueError(f"expected GPU indices, got {brief(value)}")
     seen: set[int] = set()
     for item in items:
         if isinstance(item, bool) or not isinstance(item, int):
-            raise ValueError(f"{item!r} is not a GPU index")
+            raise ValueError(f"{brief(item)} is not a GPU index")
         if item < 0:
             raise BadValue(f"GPU index {item} is negative", "GPU indices start at 0")
         if item in seen:
@@ -253,7 +255,21 @@ def _host_name(value: str) -> str:
 
 AbsPath = Annotated[Path, AfterValidator(_resolve)]
 ExistingDir = Annotated[Path, AfterValidator(_resolve), AfterValidator(_existing_dir)]
-Duration = Annotated[int, BeforeValidator(_duration), Field(strict=True, gt=0)]
+def _bounded(name: str) -> Callable[[int], int]:
+    """An after-validator holding an int to ``nnix.limits.BOUNDS[name]`` (the bounds REST uses too)."""
+    bound = limits.BOUNDS[name]
+
+    def check(value: int) -> int:
+        problem = bound.problem(value)
+        if problem is not None:
+            raise PydanticCustomError("bound", problem, {"hint": bound.hint})
+        return value
+
+    return check
+
+
+_AnyDuration = Annotated[int, BeforeValidator(_duration), Field(strict=True, gt=0)]
+Duration = Annotated[_AnyDuration, AfterValidator(_bounded("duration"))]
 GpuIndices = Annotated[list[int], BeforeValidator(_gpu_indices)]
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
@@ -459,11 +475,11 @@ def _slurm_time(value: Any) -> Any:
             isinstance(value, str) and re.fullmatch(r"\s*\d+(\.\d*)?\s*", value)):
         raise PydanticCustomError(
             "slurm_time", "{value} is ambiguous: Slurm reads a bare number as minutes, nnix as seconds",
-            {"value": repr(value), "hint": f"write the unit, {_SLURM_TIME_HINT}"},
+            {"value": brief(value), "hint": f"write the unit, {_SLURM_TIME_HINT}"},
         )
     if not isinstance(value, str):
         raise PydanticCustomError("slurm_time", "{value} is not a time limit",
-                                  {"value": repr(value), "hint": _SLURM_TIME_HINT})
+                                  {"value": brief(value), "hint": _SLURM_TIME_HINT})
     text = value.strip()
     if text.upper() in ("UNLIMITED", "INFINITE"):
         return "UNLIMITED"
@@ -476,7 +492,7 @@ def _slurm_time(value: Any) -> Any:
         seconds = parse_duration(text)
     except ValueError:
         raise PydanticCustomError("slurm_time", "{value} is not a time limit",
-                                  {"value": repr(value), "hint": _SLURM_TIME_HINT}) from None
+                                  {"value": brief(value), "hint": _SLURM_TIME_HINT}) from None
     if seconds <= 0:
         raise PydanticCustomError("slurm_time", "the time limit must be positive", {"hint": _SLURM_TIME_HINT})
     days, rest = divmod(seconds, 86400)
@@ -498,7 +514,7 @@ def _slurm_memory(value: Any) -> Any:
         match = _SLURM_MEMORY_RE.match(value)
     if match is None or int(match.group(1)) <= 0:
         raise PydanticCustomError("slurm_memory", "{value} is not an amount of memory",
-                                  {"value": repr(value), "hint": "a positive number of megabytes, or e.g. 4G, 512M"})
+                                  {"value": brief(value), "hint": "a positive number of megabytes, or e.g. 4G, 512M"})
     return f"{int(match.group(1))}{(match.group(2) or 'M').upper()}"
 
 
@@ -510,7 +526,7 @@ def _slurm_word(value: str) -> str:
     if not _SLURM_WORD_RE.match(value):
         raise PydanticCustomError(
             "slurm_word", "{value} is not a valid Slurm name",
-            {"value": repr(value), "hint": "one word without spaces or quotes, as `sinfo` / `sacctmgr` show it"},
+            {"value": brief(value), "hint": "one word without spaces or quotes, as `sinfo` / `sacctmgr` show it"},
         )
     return value
 
@@ -538,12 +554,12 @@ def _sbatch_option(value: str) -> str:
         rest = text[len("#SBATCH"):]
         if not rest[:1].isspace():
             raise PydanticCustomError("sbatch_option", "{value} is not an #SBATCH line",
-                                      {"value": repr(value), "hint": "e.g. #SBATCH --constraint=a100"})
+                                      {"value": brief(value), "hint": "e.g. #SBATCH --constraint=a100"})
         text = rest.strip()
     if not text.startswith("-") or text in ("-", "--"):
         raise PydanticCustomError(
             "sbatch_option", "{value} is not an sbatch option",
-            {"value": repr(value), "hint": "an option as sbatch takes it, e.g. --constraint=a100 or "
+            {"value": brief(value), "hint": "an option as sbatch takes it, e.g. --constraint=a100 or "
                                            "#SBATCH --exclusive"},
         )
     name = re.split(r"[=\s]", text, maxsplit=1)[0]
@@ -630,7 +646,7 @@ def _ray_address(value: str) -> str:
     if not _RAY_ADDRESS_RE.match(value.strip()):
         raise PydanticCustomError(
             "ray_address", "{value} is not a Ray cluster address",
-            {"value": repr(value), "hint": "host:port of the head (e.g. 10.0.0.5:6379), auto, or ray://host:10001"},
+            {"value": brief(value), "hint": "host:port of the head (e.g. 10.0.0.5:6379), auto, or ray://host:10001"},
         )
     return value.strip()
 
@@ -684,7 +700,7 @@ def _memory_mb(value: Any) -> Any:
             factor = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[m.group(2)]
             return int(float(m.group(1)) * factor)
     raise PydanticCustomError("memory", "{value} is not a memory size",
-                              {"value": repr(value), "hint": "MB as a number, or e.g. 512mb, 8gb"})
+                              {"value": brief(value), "hint": "MB as a number, or e.g. 512mb, 8gb"})
 
 
 def _container_path(value: str) -> str:
@@ -701,7 +717,7 @@ _K8S_QUANTITY_RE = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|
 def _k8s_name(value: str) -> str:
     if len(value) > 63 or not _K8S_NAME_RE.match(value):
         raise PydanticCustomError("k8s_name", "{value} is not a Kubernetes name",
-                                  {"value": repr(value), "hint": "lowercase letters, digits and '-', at most 63"})
+                                  {"value": brief(value), "hint": "lowercase letters, digits and '-', at most 63"})
     return value
 
 
@@ -714,7 +730,7 @@ def _k8s_quantity(value: Any) -> Any:
     if isinstance(value, str) and _K8S_QUANTITY_RE.match(value.strip()):
         return value.strip()
     raise PydanticCustomError("k8s_quantity", "{value} is not a Kubernetes quantity",
-                              {"value": repr(value), "hint": "e.g. 2, 500m (CPUs) or 4Gi, 512Mi (memory)"})
+                              {"value": brief(value), "hint": "e.g. 2, 500m (CPUs) or 4Gi, 512Mi (memory)"})
 
 
 def _k8s_memory(value: Any) -> Any:
@@ -727,7 +743,8 @@ def _k8s_memory(value: Any) -> Any:
         return f"{_memory_mb(value)}Mi"
     except PydanticCustomError:
         raise PydanticCustomError("k8s_memory", "{value} is not a memory size",
-                                  {"value": repr(value), "hint": "e.g. 4Gi, 512Mi (Kubernetes), 8gb, or MB as a number"}
+                                  {"value": brief(value),
+                                   "hint": "e.g. 4Gi, 512Mi (Kubernetes), 8gb, or MB as a number"}
                                   ) from None
 
 
@@ -1024,11 +1041,11 @@ class ExperimentConfig(_Model):
     search_space_file: AbsPath | None = None
     trial_command: Annotated[str, AfterValidator(_non_empty)]
     trial_code_directory: ExistingDir = Field(default=Path("."), validate_default=True)
-    trial_concurrency: PositiveInt
-    trial_gpu_number: NonNegativeInt | None = None
-    max_experiment_duration: Duration | None = None
-    max_trial_number: PositiveInt | None = None
-    max_trial_duration: Duration | None = None
+    trial_concurrency: Annotated[PositiveInt, AfterValidator(_bounded("trial_concurrency"))]
+    trial_gpu_number: Annotated[NonNegativeInt, AfterValidator(_bounded("trial_gpu_number"))] | None = None
+    max_experiment_duration: Annotated[_AnyDuration, AfterValidator(_bounded("max_experiment_duration"))] | None = None
+    max_trial_number: Annotated[PositiveInt, AfterValidator(_bounded("max_trial_number"))] | None = None
+    max_trial_duration: Annotated[_AnyDuration, AfterValidator(_bounded("max_trial_duration"))] | None = None
     experiment_working_directory: AbsPath = Field(default_factory=_default_home, validate_default=True)
     log_level: Annotated[Literal["trace", "debug", "info", "warning", "error", "fatal"], BeforeValidator(_lower)] = (
         "info"
@@ -1129,32 +1146,22 @@ def load_config(path: Path | str) -> LoadedConfig:
     file = Path(path).expanduser()
     source = str(file)
     try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([FieldIssue("", f"config file {source} does not exist")], source=source) from None
-    except IsADirectoryError:
-        raise ConfigError(
-            [FieldIssue("", f"{source} is a directory", "give the path of the YAML file, e.g. config.yml")],
-            source=source,
-        ) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError([FieldIssue("", f"cannot read {source}: {e}")], source=source) from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError([_yaml_issue(e)], source=source) from e
+        text = read_text(file, "config file")
+        data = load_yaml(text)
+    except DocumentError as e:
+        if e.message.endswith("is a directory, not a config file"):
+            e.hint = "give the path of the YAML file, e.g. config.yml"
+        raise ConfigError([_document_issue(e)], source=source) from None
     if data is None:
         raise ConfigError([FieldIssue("", "the file is empty")], source=source)
     return parse_config(data, Path(os.path.realpath(file.parent)), source=source)
 
 
-def _yaml_issue(error: yaml.YAMLError, what: str = "YAML syntax error", path: str = "") -> FieldIssue:
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    context = getattr(error, "context", None)
-    detail = f"{problem} ({context})" if context else str(problem)
-    return FieldIssue(path, f"{what}{where}: {detail}", "check indentation, and that each ':' is followed by a space")
+def _document_issue(error: DocumentError, path: str = "", prefix: str = "") -> FieldIssue:
+    """A reading problem as a field issue: the document's own key path after ``path``, and the line."""
+    where = ".".join(p for p in (path, error.path) if p)
+    line = f"at line {error.line}: " if error.line is not None else ""
+    return FieldIssue(where, f"{prefix}{line}{error.message}", error.hint)
 
 
 _MISSING_HINTS: dict[str, str] = {
@@ -1233,24 +1240,24 @@ def _load_search_space(native: dict[str, Any], tr: Translation, base_dir: Path) 
         return [FieldIssue(inline_path, "no search space", hint)]
     raw = native["search_space_file"]
     if not isinstance(raw, (str, Path)):
-        return [FieldIssue(file_path, f"must be a file path, got {raw!r}")]
+        return [FieldIssue(file_path, f"must be a file path, got {brief(raw)}")]
     path = resolve_path(raw, base_dir)
     native["search_space_file"] = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return [FieldIssue(file_path, f"file {path} does not exist", "paths are relative to the config file")]
-    except IsADirectoryError:
-        return [FieldIssue(file_path, f"{path} is a directory, not a JSON or YAML file")]
-    except (OSError, UnicodeDecodeError) as e:
-        return [FieldIssue(file_path, f"cannot read {path}: {e}")]
+        text = read_text(path, "search space file")
+    except DocumentError as e:
+        if e.message.endswith("does not exist"):
+            e.hint = "paths are relative to the config file"
+        return [_document_issue(e, file_path)]
     try:
-        space: Any = json.loads(text)
+        space: Any = load_json(text)
+    except DocumentError as e:
+        return [_document_issue(e, file_path, f"in {path}: ")]
     except ValueError:
         try:
-            space = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            return [_yaml_issue(e, f"{path} is neither JSON nor YAML; YAML error", file_path)]
+            space = load_yaml(text)
+        except DocumentError as e:
+            return [_document_issue(e, file_path, f"{path} is neither JSON nor YAML; ")]
     native["search_space"] = space
     return validate_space(space, f"{file_path}({raw})")
 
@@ -1289,9 +1296,9 @@ def _issue_from_error(err: Any, loc: Loc, tr: Translation) -> FieldIssue:
             return FieldIssue(path, "hybrid mode is written as a list of training services, not as a platform",
                               "trainingService: [{platform: local}, {platform: remote, machineList: [...]}]")
         if tag in NNI_PLATFORMS:
-            what = f"platform {tag!r} is not supported by this nnix version yet"
+            what = f"platform {brief(tag)} is not supported by this nnix version yet"
         else:
-            what = f"unknown platform {tag!r}"
+            what = f"unknown platform {brief(tag)}"
         close = difflib.get_close_matches(tag.lower(), list(training_service_platforms()), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return FieldIssue(path, what, f"{hint}supported platforms: {supported}")
@@ -1312,8 +1319,7 @@ def _issue_from_error(err: Any, loc: Loc, tr: Translation) -> FieldIssue:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return brief(value, 60)
 
 
 _ALGORITHM_FIELDS = {"name": "name", "className": "class_name", "classArgs": "class_args"}

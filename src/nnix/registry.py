@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from nnix.errors import FieldIssue, TunerError
+from nnix.limits import brief
 
 Kind = Literal["tuner", "assessor"]
 GROUPS: dict[str, str] = {"tuner": "nnix.tuners", "assessor": "nnix.assessors"}
@@ -52,19 +53,19 @@ def resolve(kind: Kind, ref: AlgorithmRef) -> type[Any]:
         if value is None:
             close = difflib.get_close_matches(ref.name.lower(), list(table), n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known {kind}s: {', '.join(sorted(table))}"
-            raise TunerError(f"unknown {kind} {ref.name!r}", hint)
+            raise TunerError(f"unknown {kind} {brief(ref.name)}", hint)
         try:
             return _import_value(value)
         except ImportError as e:
             raise TunerError(
-                f"{kind} {ref.name!r} cannot be imported: {e}",
+                f"{kind} {brief(ref.name)} cannot be imported: {e}",
                 "install the extra it needs, e.g. pip install 'nnix[smac]'",
             ) from e
     if ref.class_name is None:
         raise TunerError(f"{kind}: neither name nor className is set", "set `name` (built-in) or `className`")
     module_name, _, attr = ref.class_name.rpartition(".")
     if not module_name:
-        raise TunerError(f"className {ref.class_name!r} must be 'module.Class'", "e.g. my_tuner.MyTuner")
+        raise TunerError(f"className {brief(ref.class_name)} must be 'module.Class'", "e.g. my_tuner.MyTuner")
     if ref.code_directory is not None and str(ref.code_directory) not in sys.path:
         sys.path.insert(0, str(ref.code_directory))
     try:
@@ -72,7 +73,7 @@ def resolve(kind: Kind, ref: AlgorithmRef) -> type[Any]:
         cls: type[Any] = getattr(module, attr)
     except (ImportError, AttributeError) as e:
         raise TunerError(
-            f"cannot import {ref.class_name!r}: {e}", f"check codeDirectory ({ref.code_directory}) and className"
+            f"cannot import {brief(ref.class_name)}: {e}", f"check codeDirectory ({ref.code_directory}) and className"
         ) from e
     return cls
 

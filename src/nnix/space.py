@@ -41,7 +41,9 @@ from typing import Any, Literal, cast, get_args
 
 import numpy as np
 
+from nnix import limits
 from nnix.errors import FieldIssue, SearchSpaceError
+from nnix.limits import brief
 
 ParamType = Literal[
     "choice",
@@ -108,21 +110,34 @@ def validate(raw: Any, path: str = "searchSpace") -> list[FieldIssue]:
             )
         )
         return issues
-    _validate_level(raw, path, issues, nested_option=False)
+    shape = limits.shape_problem(raw)
+    if shape is not None:
+        where, problem = shape
+        issues.append(FieldIssue(f"{path}.{where}" if where else path, problem,
+                                 "a search space this big or this deep is not supported; is it the right one?"))
+        return issues
+    _validate_level(raw, path, issues, nested_option=False, nesting=0)
     return issues
 
 
-def _validate_level(level: Mapping[Any, Any], path: str, issues: list[FieldIssue], *, nested_option: bool) -> None:
+def _name(name: Any) -> str:
+    """A parameter name as shown in a path (cut when it is absurdly long)."""
+    return name if isinstance(name, str) and len(name) <= 80 else brief(name)
+
+
+def _validate_level(
+    level: Mapping[Any, Any], path: str, issues: list[FieldIssue], *, nested_option: bool, nesting: int
+) -> None:
     for name, spec in level.items():
         if nested_option and name == "_name":
             continue
         if not isinstance(name, str):
-            issues.append(FieldIssue(f"{path}.{name}", "parameter names must be strings"))
+            issues.append(FieldIssue(f"{path}.{_name(name)}", "parameter names must be strings"))
             continue
-        _validate_param(spec, f"{path}.{name}", issues)
+        _validate_param(spec, f"{path}.{_name(name)}", issues, nesting)
 
 
-def _validate_param(spec: Any, path: str, issues: list[FieldIssue]) -> None:
+def _validate_param(spec: Any, path: str, issues: list[FieldIssue], nesting: int = 0) -> None:
     if not isinstance(spec, Mapping):
         issues.append(
             FieldIssue(
@@ -140,7 +155,7 @@ def _validate_param(spec: Any, path: str, issues: list[FieldIssue]) -> None:
     elif not isinstance(ptype, str):
         issues.append(FieldIssue(f"{path}._type", f"must be a string, got {_type_name(ptype)}"))
     elif ptype not in PARAM_TYPES:
-        issues.append(FieldIssue(f"{path}._type", f"unknown type {ptype!r}", _type_hint(ptype)))
+        issues.append(FieldIssue(f"{path}._type", f"unknown type {brief(ptype)}", _type_hint(ptype)))
     else:
         type_ok = True
     if "_value" not in spec:
@@ -153,7 +168,7 @@ def _validate_param(spec: Any, path: str, issues: list[FieldIssue]) -> None:
     if not type_ok:
         return
     if ptype == "choice":
-        _validate_choice(value, f"{path}._value", issues)
+        _validate_choice(value, f"{path}._value", issues, nesting)
     else:
         _validate_numeric(cast(str, ptype), value, f"{path}._value", issues)
 
@@ -161,15 +176,19 @@ def _validate_param(spec: Any, path: str, issues: list[FieldIssue]) -> None:
 def _type_hint(ptype: str) -> str:
     if ptype.lower() in PARAM_TYPES:
         return f"did you mean {ptype.lower()!r}? types are lower-case"
-    close = difflib.get_close_matches(ptype.lower(), PARAM_TYPES, n=1)
+    close = difflib.get_close_matches(ptype.lower(), PARAM_TYPES, n=1) if len(ptype) <= 40 else []
     if close:
         return f"did you mean {close[0]!r}?"
     return f"one of: {', '.join(PARAM_TYPES)}"
 
 
-def _validate_choice(options: Sequence[Any], path: str, issues: list[FieldIssue]) -> None:
+def _validate_choice(options: Sequence[Any], path: str, issues: list[FieldIssue], nesting: int = 0) -> None:
     if len(options) == 0:
         issues.append(FieldIssue(path, "choice needs at least one option", f"e.g. {_EXAMPLES['choice']}"))
+        return
+    if len(options) > limits.MAX_CHOICE_OPTIONS:
+        issues.append(FieldIssue(path, f"choice has {len(options):,} options, more than nnix's limit of "
+                                 f"{limits.MAX_CHOICE_OPTIONS:,}", "use randint or a quantized range instead"))
         return
     named = [isinstance(o, Mapping) and "_name" in o for o in options]
     if any(named) and not all(named):
@@ -183,15 +202,21 @@ def _validate_choice(options: Sequence[Any], path: str, issues: list[FieldIssue]
                     )
                 )
     if any(named):
+        if nesting + 1 > limits.MAX_CHOICE_NESTING:
+            issues.append(FieldIssue(path, f"choices are nested more than {limits.MAX_CHOICE_NESTING} levels deep",
+                                     "flatten the search space: nested choices this deep are not supported"))
+            return
         for i, option in enumerate(options):
             if not named[i]:
                 continue
             name = option["_name"]
             if isinstance(name, bool) or not isinstance(name, (str, int, float)):
                 issues.append(FieldIssue(f"{path}[{i}]._name", f"must be a string or a number, got {_type_name(name)}"))
-            _validate_level(option, f"{path}[{i}]", issues, nested_option=True)
+            _validate_level(option, f"{path}[{i}]", issues, nested_option=True, nesting=nesting + 1)
         return
     for i, option in enumerate(options):
+        if type(option) in _PLAIN and (type(option) is not float or math.isfinite(option)):
+            continue  # the common case, fast
         problem = _json_problem(option)
         if problem is not None:
             issues.append(
@@ -199,11 +224,14 @@ def _validate_choice(options: Sequence[Any], path: str, issues: list[FieldIssue]
             )
 
 
+_PLAIN = frozenset({int, str, float, bool, type(None)})
+
+
 def _json_problem(value: Any) -> str | None:
     if value is None or isinstance(value, (bool, str)):
         return None
     if isinstance(value, (int, float)):
-        return None if math.isfinite(value) else f"must be finite, got {value!r}"
+        return None if math.isfinite(value) else f"must be finite, got {brief(value)}"
     if isinstance(value, (list, tuple)):
         for item in value:
             problem = _json_problem(item)
@@ -213,7 +241,7 @@ def _json_problem(value: Any) -> str | None:
     if isinstance(value, Mapping):
         for k, item in value.items():
             if not isinstance(k, str):
-                return f"has a non-string key {k!r}"
+                return f"has a non-string key {brief(k)}"
             problem = _json_problem(item)
             if problem is not None:
                 return problem
@@ -248,7 +276,7 @@ def _validate_numeric(ptype: str, value: Sequence[Any], path: str, issues: list[
         issues.append(
             FieldIssue(
                 path,
-                f"{ptype} values {names} must be finite numbers, got {list(value)!r}",
+                f"{ptype} values {names} must be finite numbers, got {brief(list(value))}",
                 f"e.g. {_EXAMPLES[ptype]}",
             )
         )
@@ -256,12 +284,14 @@ def _validate_numeric(ptype: str, value: Sequence[Any], path: str, issues: list[
     if ptype == "randint":
         low, high = value
         if not (_is_integral(low) and _is_integral(high)):
-            issues.append(FieldIssue(path, f"randint bounds must be integers, got {list(value)!r}", _EXAMPLES[ptype]))
+            issues.append(
+                FieldIssue(path, f"randint bounds must be integers, got {brief(list(value))}", _EXAMPLES[ptype])
+            )
         elif low >= high:
             issues.append(
                 FieldIssue(
                     path,
-                    f"randint needs lower < upper, got {list(value)!r}",
+                    f"randint needs lower < upper, got {brief(list(value))}",
                     "upper is exclusive: [0, 3] gives 0, 1 or 2",
                 )
             )
@@ -288,9 +318,9 @@ def _type_name(x: Any) -> str:
     if isinstance(x, bool):
         return "a boolean"
     if isinstance(x, str):
-        return f"a string ({x!r})"
+        return f"a string ({brief(x)})"
     if isinstance(x, (int, float)):
-        return f"a number ({x!r})"
+        return f"a number ({brief(x)})"
     if isinstance(x, (list, tuple)):
         return "a list"
     if isinstance(x, Mapping):
@@ -453,7 +483,7 @@ def _build_param(key: Key, spec: Mapping[str, Any]) -> Param:
         if all(isinstance(o, Mapping) and "_name" in o for o in value):
             branches = tuple(_build_level(o, (*key, i), nested_option=True) for i, o in enumerate(value))
             return Param(key, ptype, choices=tuple(o["_name"] for o in value), nested=True, branches=branches)
-        return Param(key, ptype, choices=tuple(copy.deepcopy(value)))
+        return Param(key, ptype, choices=tuple(value))  # already a private copy (from_json)
     nums = [x.item() if isinstance(x, np.generic) else x for x in value]
     if ptype == "randint":
         return Param(key, ptype, low=int(nums[0]), high=int(nums[1]))
@@ -488,7 +518,7 @@ class SearchSpace:
         issues = validate(raw, path)
         if issues:
             raise SearchSpaceError(issues)
-        raw_copy: dict[str, Any] = copy.deepcopy(dict(raw))
+        raw_copy: dict[str, Any] = _json_copy(dict(raw))
         params = _build_level(raw_copy, (), nested_option=False)
         return cls(raw=raw_copy, params=params, parameters=tuple(_flatten(params)))
 
@@ -509,6 +539,16 @@ class SearchSpace:
 
     def __hash__(self) -> int:
         return hash(_canonical(self.raw))
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of validated JSON-like data; much faster than ``copy.deepcopy`` on long lists."""
+    if isinstance(value, Mapping):
+        return {k: _json_copy(v) if isinstance(v, (Mapping, list, tuple)) else v for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_json_copy(v) if isinstance(v, (Mapping, list, tuple)) else v for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    return value
 
 
 def _canonical(raw: Any) -> str:

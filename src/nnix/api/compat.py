@@ -156,19 +156,18 @@ UPDATES = {
 def check_limit(field: str, camel: str, value: Any) -> Any:
     """Validate a runtime limit change; returns the value to record (durations in seconds)."""
     from nnix.config import parse_duration
+    from nnix.limits import BOUNDS
     from nnix.space import validate
 
     if field == "max_experiment_duration":
         try:
-            seconds = parse_duration(value)
+            value = parse_duration(value)
         except ValueError as e:
             raise ApiError(400, f"{camel}: {e} (a number of seconds or e.g. 30m, 2h, 1d)") from e
-        if seconds <= 0:
-            raise ApiError(400, f"{camel} must be positive, got {value!r}")
-        return seconds
-    if field in ("trial_concurrency", "max_trial_number"):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
-            raise ApiError(400, f"{camel} must be a positive integer, got {value!r}")
+    if field in BOUNDS:  # the same bounds as the config file's
+        problem = BOUNDS[field].problem(value)
+        if problem is not None:
+            raise ApiError(400, f"{camel} {problem} ({BOUNDS[field].hint})")
         return value
     if field == "search_space":
         if not isinstance(value, dict):

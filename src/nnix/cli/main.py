@@ -14,6 +14,7 @@ import typer
 
 from nnix import __version__
 from nnix.errors import NnixError
+from nnix.limits import MAX_TRIAL_CONCURRENCY, MAX_TRIAL_NUMBER
 
 app = typer.Typer(
     name="nnix",
@@ -252,7 +253,7 @@ def _update(exp_id: str | None, kind: str, camel: str, value: Any) -> None:
 @update_app.command("concurrency")
 def update_concurrency(
     experiment_id: IdArg = None,
-    value: Annotated[int, typer.Option("--value", "-v", min=1, max=1000)] = ...,  # type: ignore[assignment]
+    value: Annotated[int, typer.Option("--value", "-v", min=1, max=MAX_TRIAL_CONCURRENCY)] = ...,  # type: ignore[assignment]
 ) -> None:
     """Change trialConcurrency (running trials are never killed for a decrease)."""
     _update(experiment_id, "TRIAL_CONCURRENCY", "trialConcurrency", value)
@@ -261,7 +262,7 @@ def update_concurrency(
 @update_app.command("trialnum")
 def update_trialnum(
     experiment_id: IdArg = None,
-    value: Annotated[int, typer.Option("--value", "-v", min=1, max=999999999)] = ...,  # type: ignore[assignment]
+    value: Annotated[int, typer.Option("--value", "-v", min=1, max=MAX_TRIAL_NUMBER)] = ...,  # type: ignore[assignment]
 ) -> None:
     """Change maxTrialNumber."""
     _update(experiment_id, "MAX_TRIAL_NUM", "maxTrialNumber", value)
@@ -274,11 +275,16 @@ def update_duration(
 ) -> None:
     """Change maxExperimentDuration."""
     from nnix.config import parse_duration
+    from nnix.errors import FieldIssue, InputError
+    from nnix.limits import BOUNDS
 
+    bound = BOUNDS["max_experiment_duration"]
     try:
-        parse_duration(value)
+        problem = bound.problem(parse_duration(value))
     except ValueError as e:
-        raise NnixError(f"bad duration {value!r}: {e}", "a number plus one of s, m, h, d, e.g. 2h") from e
+        raise InputError([FieldIssue("--value", str(e), "a number plus one of s, m, h, d, e.g. 2h")]) from None
+    if problem is not None:
+        raise InputError([FieldIssue("--value", problem, bound.hint)])
     _update(experiment_id, "MAX_EXEC_DURATION", "maxExperimentDuration", value)
 
 
@@ -288,13 +294,18 @@ def update_searchspace(
     filename: Annotated[Path, typer.Option("--filename", "-f", help="Search space JSON file.")] = ...,  # type: ignore[assignment]
 ) -> None:
     """Replace the search space (the tuner sees it for its next proposals)."""
-    from nnix.errors import SearchSpaceError
+    from nnix.documents import DocumentError, load_json, read_text
+    from nnix.errors import FieldIssue, SearchSpaceError
     from nnix.space import validate
 
     try:
-        space = json.loads(filename.read_text())
-    except (OSError, ValueError) as e:
-        raise NnixError(f"cannot read search space {filename}: {e}") from e
+        space = load_json(read_text(filename, "search space file"))
+    except DocumentError as e:
+        line = f"at line {e.line}: " if e.line is not None else ""
+        raise SearchSpaceError([FieldIssue(e.path, line + e.message, e.hint)], source=str(filename)) from None
+    except ValueError as e:
+        example = 'e.g. {"lr": {"_type": "uniform", "_value": [0, 1]}}'
+        raise SearchSpaceError([FieldIssue("", f"not JSON: {e}", example)], source=str(filename)) from None
     issues = validate(space)
     if issues:
         raise SearchSpaceError(issues, source=str(filename))

@@ -29,6 +29,7 @@ from pydantic.fields import FieldInfo
 
 from nnix.config import ExperimentConfig
 from nnix.errors import ConfigError, FieldIssue
+from nnix.limits import brief
 
 __all__ = [
     "NNI_PLATFORMS",
@@ -70,7 +71,7 @@ def format_path(loc: Loc) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + part
+            out += ("." if out else "") + (part if len(part) <= 80 else part[:77] + "...")
     return out
 
 
@@ -143,6 +144,8 @@ def _spell(name: str, snake: bool) -> str:
 
 
 def _did_you_mean(key: str, candidates: list[str]) -> str | None:
+    if len(key) > 64:
+        return None  # difflib is quadratic: no guessing on absurd keys
     lowered = {c.lower(): c for c in candidates}
     close = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
     return lowered[close[0]] if close else None
@@ -224,7 +227,7 @@ class _Normalizer:
                 if value is not None and str(value).lower() != "hpo":
                     self.issue(
                         (key,),
-                        f"experimentType {value!r} is not supported: nnix runs hyper-parameter tuning only",
+                        f"experimentType {brief(value)} is not supported: nnix runs hyper-parameter tuning only",
                         "remove experimentType (the default is hpo)",
                     )
             elif n == "useannotation":
@@ -235,7 +238,7 @@ class _Normalizer:
                         "write the search space in searchSpace or searchSpaceFile, and set useAnnotation: false",
                     )
                 elif value not in (None, False):
-                    self.issue((key,), f"must be true or false, got {value!r}")
+                    self.issue((key,), f"must be true or false, got {brief(value)}")
             elif n == "sharedstorage":
                 if value is not None:
                     self.issue((key,), "sharedStorage is not supported by nnix", "remove sharedStorage")
@@ -281,7 +284,7 @@ class _Normalizer:
         written: dict[str, str] = {}
         for key, value in obj.items():
             if not isinstance(key, str):
-                self.issue((*user, str(key)), f"a key must be a string, got {key!r}")
+                self.issue((*user, str(key)), f"a key must be a string, got {brief(key)}")
                 continue
             name = (renames or {}).get(key) or index.get(norm_key(key))
             if name is None:
@@ -292,7 +295,7 @@ class _Normalizer:
             if name in written:
                 self.issue(
                     (*user, key),
-                    f"same field as {written[name]!r} (keys match ignoring case and underscores)",
+                    f"same field as {brief(written[name])} (keys match ignoring case and underscores)",
                     "keep only one of them",
                 )
                 continue
@@ -404,11 +407,11 @@ def _top_level_hint(key: str, snake: bool) -> str | None:
     """A hint for a top-level key that belongs elsewhere (a nested section, or a v1 name)."""
     n = norm_key(key)
     if n in _V1_TOP_RENAMED and norm_key(_V1_TOP_RENAMED[n]) != n:
-        return f"{key!r} is the v1 (legacy) name; use {_spell(to_snake(_V1_TOP_RENAMED[n]), snake)!r}"
+        return f"{brief(key)} is the v1 (legacy) name; use {_spell(to_snake(_V1_TOP_RENAMED[n]), snake)!r}"
     for name, info in ExperimentConfig.model_fields.items():
         for model in _models_in(info.annotation):
             if n in _field_index(model):
-                return f"{key!r} belongs under {_spell(name, snake)!r}"
+                return f"{brief(key)} belongs under {_spell(name, snake)!r}"
     return None
 
 
@@ -555,7 +558,7 @@ class _V1:
         hint = f"did you mean {match!r}?" if match else None
         if hint is None and len(loc) == 1 and norm_key(key) in _field_index(ExperimentConfig):
             hint = (
-                f"{key!r} is a v2 key, but this file is read as v1 because it has trainingServicePlatform; "
+                f"{brief(key)} is a v2 key, but this file is read as v1 because it has trainingServicePlatform; "
                 "write trainingService: {platform: ...} instead to use the v2 format"
             )
         if match and len(loc) == 1 and norm_key(match) in _V1_TOP_RENAMED:
@@ -565,7 +568,7 @@ class _V1:
     def mapping(self, value: Any, loc: Loc, example: str) -> bool:
         if isinstance(value, Mapping):
             return True
-        self.issues.append(FieldIssue(format_path(loc), f"must be a mapping, got {value!r}", f"e.g. {example}"))
+        self.issues.append(FieldIssue(format_path(loc), f"must be a mapping, got {brief(value)}", f"e.g. {example}"))
         return False
 
     def run(self, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -577,7 +580,7 @@ class _V1:
         self.put(("trainingService", "platform"), "openpai" if platform == "pai" else platform, (platform_key,))
         for key, value in data.items():
             if not isinstance(key, str):
-                self.issues.append(FieldIssue(str(key), f"a key must be a string, got {key!r}"))
+                self.issues.append(FieldIssue(str(key), f"a key must be a string, got {brief(key)}"))
                 continue
             n = norm_key(key)
             if n == "trainingserviceplatform":
@@ -599,7 +602,7 @@ class _V1:
                 self.trial(key, value, platform)
             elif n in _V1_SECTION_PLATFORM:
                 if _V1_SECTION_PLATFORM[n] != platform:
-                    self.warnings.append(f"{key} ignored: trainingServicePlatform is {platform!r}")
+                    self.warnings.append(f"{key} ignored: trainingServicePlatform is {brief(platform)}")
                 else:
                     self.section(n, key, value)
             else:
