@@ -68,9 +68,13 @@ class NniConfigError(ConfigError, ValueError):
 class UnknownFieldError(NniConfigError, AttributeError):
     """A field name that the config class does not have (an ``AttributeError``, as in NNI)."""
 
+    title = "unknown config field"
+
 
 class NotSupportedByNnixError(NniConfigError):
-    """An NNI feature that nnix does not provide (a platform, NAS, shared storage)."""
+    """An NNI feature that nnix does not provide (a platform, NAS)."""
+
+    title = "not supported by nnix"
 
 
 _UNSUPPORTED_PLATFORMS = {
@@ -173,7 +177,7 @@ class ConfigBase:
         for key in keys:
             close = difflib.get_close_matches(key, list(self._fields), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}?" if close else "fields: " + ", ".join(self._fields)
-            issues.append(FieldIssue(key, f"{type(self).__name__} has no field {key!r}", hint))
+            issues.append(FieldIssue("", f"{type(self).__name__} has no field {key!r}", hint))
         return UnknownFieldError(issues)
 
     def __setattr__(self, key: str, value: Any) -> None:

@@ -44,9 +44,22 @@ __all__ = [
     "TrialResult",
 ]
 
+
+
+class _StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the ``sys.stdout`` of the moment (a notebook cell's, a test's capture), never failing."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stdout
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass  # e.g. stdout closed at interpreter exit: the message is not worth a traceback
+
+
 _logger = logging.getLogger("nni.experiment")
 if not _logger.handlers:  # NNI prints its progress lines (id, URL) on stdout; so do we, unless configured
-    _handler = logging.StreamHandler(sys.stdout)
+    _handler = _StdoutHandler(sys.stdout)
     _handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s (%(name)s) %(message)s", "%Y-%m-%d %H:%M:%S"))
     _logger.addHandler(_handler)
     _logger.setLevel(logging.INFO)
@@ -209,18 +222,21 @@ class Experiment:
         create(loaded, self.id)
         try:
             self._launch("create", port, run_mode)
-        except BaseException:
-            discard_unstarted(self.id)  # a failed start leaves no experiment behind
+        except BaseException:  # failed, or Ctrl-C while the manager was starting: stop what may run
+            with contextlib.suppress(Exception):
+                self._forget()
+                stop_experiment(self.id)
+            discard_unstarted(self.id)  # a failed start leaves no experiment behind (unless trials ran)
             raise
 
     def run(self, port: int = 8080, wait_completion: bool = True, debug: bool = False) -> bool | None:
         """``start()``, then wait until the experiment is DONE or STOPPED (True) or in ERROR (False).
         Ctrl-C stops it (and returns None). The manager keeps serving its web UI after the end, until
         ``stop()`` or the end of this process. ``wait_completion=False``: ``start()`` only (None)."""
-        self.start(port, debug)
-        if not wait_completion:
-            return None
         try:
+            self.start(port, debug)
+            if not wait_completion:
+                return None
             return self._wait_completion()
         except KeyboardInterrupt:
             _logger.warning("KeyboardInterrupt detected")
@@ -230,10 +246,7 @@ class Experiment:
     def stop(self) -> None:
         """Stop the experiment's manager: its running trials are canceled; everything is kept
         (``Experiment.resume(id)`` continues it)."""
-        atexit.unregister(self._stop_at_exit)
-        self._release_watcher()
-        if self._echo is not None:
-            self._echo.set()
+        self._forget()
         if self.id is None or (self.port is None and self._pid is None):
             return
         _logger.info("Stopping experiment, please wait...")
@@ -522,6 +535,13 @@ class Experiment:
     def _stop_at_exit(self) -> None:
         with contextlib.suppress(Exception):
             self.stop()
+
+    def _forget(self) -> None:
+        """No more stopping at exit, no watcher, no log echo."""
+        atexit.unregister(self._stop_at_exit)
+        self._release_watcher()
+        if self._echo is not None:
+            self._echo.set()
 
     def _release_watcher(self) -> None:
         watcher, self._watcher = self._watcher, None
