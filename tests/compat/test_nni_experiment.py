@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from nnix.compat.nni_experiment import (
 )
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, pid_alive, read_state
+from nnix.testing.sshhosts import SshHost, SshLab, unavailable
 
 SRC = Path(nnix.__file__).resolve().parents[1]
 SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
@@ -378,6 +379,42 @@ def test_a_killed_launcher_does_not_leave_its_experiment_running(code_dir: Path)
     proc.communicate(timeout=30)
     wait_for("the watcher to stop the experiment", lambda: gone(exp_id))
     assert state_of(exp_id).status.value == "STOPPED"
+
+
+@pytest.fixture(scope="module")
+def ssh_host() -> Iterator[SshHost]:
+    """One real SSH host in a network namespace (see :mod:`nnix.testing.sshhosts`)."""
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"!!! REAL SSH HOSTS UNAVAILABLE: {reason} — the remote Python-API test did NOT run !!!")
+    try:
+        lab = SshLab(n_hosts=1).up()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        pytest.skip(f"!!! REAL SSH HOSTS COULD NOT BE BUILT HERE: {e} — the remote Python-API test did NOT run !!!")
+    try:
+        yield lab.hosts[0]
+    finally:
+        lab.kill_user_processes()
+        lab.down()
+
+
+def test_a_remote_experiment_built_attribute_by_attribute_runs_over_ssh(code_dir: Path, ssh_host: SshHost) -> None:
+    experiment = quickstart(Experiment("remote"), trials=2)
+    experiment.config.trial_command = "python3 trial.py"  # the host's Python, with nnix's nni uploaded
+    ts = experiment.config.training_service
+    machine = RemoteMachineConfig()
+    machine.host = ssh_host.host
+    machine.port = ssh_host.port
+    machine.user = ssh_host.user
+    machine.ssh_key_file = str(ssh_host.key_file)
+    ts.machine_list.append(machine)
+    ts.known_hosts_file = str(ssh_host.known_hosts)
+    with experiment:
+        assert experiment.run(port=0) is True
+        results = experiment.export_data()
+        assert len(results) == 2 and all(r.value == pytest.approx(2 * r.parameter["x"]) for r in results)
+        assert {j.logPath.split(":")[0] for j in experiment.list_trial_jobs() if j.logPath} == {ssh_host.host}
+    assert experiment.id is not None and gone(experiment.id)
 
 
 # --------------------------------------------------------------------------------------------------

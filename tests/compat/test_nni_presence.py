@@ -82,7 +82,8 @@ def _pip(python: Path, *args: str, timeout: float = 600) -> subprocess.Completed
 def installed() -> Path:
     """A venv where this tree is installed as the README says (``pip install -e .``): its interpreter."""
     files = [ROOT / "pyproject.toml", ROOT / "setup.py", SRC / "nnix-nni.pth", SRC / "_nnix_nni.py"]
-    root = Path("/tmp") / f"nnix-test-install-venv-{_key(str(ROOT), DEPS, *(f.read_text() for f in files if f.exists()))}"
+    key = _key(str(ROOT), DEPS, *(f.read_text() for f in files if f.exists()))
+    root = Path("/tmp") / f"nnix-test-install-venv-{key}"
     python = root / "bin" / "python"
     if (root / "ok").exists():
         return python
