@@ -71,7 +71,7 @@ def watchers_of(exp_id: str) -> list[int]:
             cmd = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"nnix.compat.nni_experiment._watch" in cmd and exp_id.encode() in cmd:
+        if b"nnix.compat.nni_watch" in cmd and exp_id.encode() in cmd:
             out.append(int(proc.name))
     return out
 

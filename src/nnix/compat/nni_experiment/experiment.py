@@ -493,9 +493,9 @@ class Experiment:
         if run_mode is not RunMode.Detach:
             atexit.register(self._stop_at_exit)
             self._watcher = _start_watcher(self.id, pid)
+        _logger.info("Web portal URL: %s", self.url)
         if run_mode is RunMode.Foreground:
             self._echo = _echo_log(exp_dir / "log" / "manager.log", pid)
-        _logger.info("Web portal URL: %s", self.url)
 
     def _manager_running(self) -> bool:
         if self.id is None:
@@ -555,7 +555,7 @@ class Experiment:
 
 def _start_watcher(exp_id: str, manager_pid: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "nnix.compat.nni_experiment._watch", exp_id, str(manager_pid)],
+        [sys.executable, "-m", "nnix.compat.nni_watch", exp_id, str(manager_pid)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
 

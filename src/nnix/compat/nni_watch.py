@@ -1,10 +1,11 @@
 """Stops an experiment that the Python API started when the launching process ends without stopping it.
 
-``python -m nnix.compat.nni_experiment._watch EXP_ID MANAGER_PID``, its stdin the read end of a pipe that only
+``python -m nnix.compat.nni_watch EXP_ID MANAGER_PID``, its stdin the read end of a pipe that only
 the launcher can write to. ``stop()`` (and ``atexit``) write ``detach`` before closing it: nothing to do. An
 end-of-file without it means the launcher died (``kill -9``, a crashed Jupyter kernel): the watcher then stops
 the experiment, if the manager it was started with still serves it. It runs in its own session (a Ctrl-C in
-the launcher's terminal is not for it) and imports nnix only when it has to act.
+the launcher's terminal is not for it) and imports nnix only when it has to act (which is why it lives outside
+the ``nni_experiment`` package, whose import is heavy: its own start takes milliseconds).
 """
 
 from __future__ import annotations
