@@ -1172,8 +1172,11 @@ _MISSING_HINTS: dict[str, str] = {
 }
 
 
-def parse_config(data: Any, base_dir: Path, source: str | None = None) -> LoadedConfig:
+def parse_config(
+    data: Any, base_dir: Path, source: str | None = None, style: Literal["camel", "snake"] | None = None
+) -> LoadedConfig:
     """Validate an already-parsed config (v1 or v2, any key spelling); relative paths resolve against ``base_dir``.
+    ``style``: how to spell the fields that errors name but the data does not (default: as most keys are).
 
     Raises :class:`ConfigError` listing every problem found.
     """
@@ -1186,6 +1189,8 @@ def parse_config(data: Any, base_dir: Path, source: str | None = None) -> Loaded
         )
     base_dir = Path(os.path.realpath(Path(base_dir).expanduser()))
     tr = translate(data)
+    if style is not None:
+        tr.style = style
     native = tr.data
     issues = list(tr.issues)
     context = {_BASE_DIR: base_dir, _LOADER: True}

@@ -50,7 +50,17 @@ def err(message: str) -> None:
 def _version(value: bool) -> None:
     if value:
         typer.echo(__version__)
+        _note_real_nni()
         raise typer.Exit()
+
+
+def _note_real_nni() -> None:
+    """Say so when a real NNI is installed here: `nni.experiment` and maybe `nnictl` are then NNI's."""
+    from nnix.compat.nni_presence import real_nni_note
+
+    note = real_nni_note()
+    if note:
+        typer.secho(f"note: {note}", err=True, fg=typer.colors.YELLOW)
 
 
 @app.callback()
@@ -141,6 +151,8 @@ def create(
     loaded = load_config(config)
     for w in loaded.warnings:
         typer.secho(f"warning: {w}", err=True, fg=typer.colors.YELLOW)
+    if Path(sys.argv[0]).name != "nnictl":  # nnictl has said it already
+        _note_real_nni()
     if debug:
         loaded.config.log_level = "debug"
         loaded.config.debug = True
@@ -879,6 +891,8 @@ def algo_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list.
 
 
 def main() -> None:
+    if Path(sys.argv[0]).name == "nnictl" and "--version" not in sys.argv and "-v" not in sys.argv:
+        _note_real_nni()  # this `nnictl` is nnix's: say so where NNI's could be expected
     try:
         app()
     except NnixError as e:

@@ -159,5 +159,14 @@ def load(string: str | bytes | None = None, *, fp: IO[str] | None = None, **json
     return json.loads(string, **json_kwargs)
 
 
+def __getattr__(name: str) -> Any:
+    """``nni.experiment`` (the launcher API, which needs nnix installed) is imported on first use only."""
+    if name == "experiment":
+        from importlib import import_module
+
+        return import_module(f"{__name__}.experiment")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # NNI's ``import nni`` makes ``nni.trial`` and ``nni.utils`` available too.
 from . import trial, utils  # noqa: E402
