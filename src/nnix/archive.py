@@ -96,6 +96,11 @@ def _snapshot_store(store: Path, into: Path) -> None:
 
     check_store_file(store)
     src = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30.0)
+    try:
+        src.execute("SELECT 1 FROM events LIMIT 1")
+    except sqlite3.Error:  # a read-only open of a WAL store needs its -shm file: open it normally (reads only)
+        src.close()
+        src = sqlite3.connect(str(store), timeout=30.0)
     dst = sqlite3.connect(str(into))
     try:
         src.backup(dst)
