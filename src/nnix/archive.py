@@ -228,7 +228,8 @@ def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, rel: str) -
     if info.is_dir():
         (d / parts[-1]).mkdir(mode=0o700, exist_ok=True)
         return
-    fd = os.open(d / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    mode = 0o700 if (info.external_attr >> 16) & 0o100 else 0o600  # an executable script stays executable
+    fd = os.open(d / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     with os.fdopen(fd, "wb") as out, zf.open(info) as src:
         shutil.copyfileobj(src, out, 1024 * 1024)
 

@@ -89,6 +89,8 @@ def stopped(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
     base = tmp_path / "machine-a"
     env = {**os.environ, "NNIX_HOME": str(base / "home")}
     cfg = _config(base / "code")
+    (base / "code" / "run.sh").write_text("#!/bin/sh\nexec python3 trial.py\n")
+    (base / "code" / "run.sh").chmod(0o755)
     r = nnictl("create", "--config", str(cfg), "--port", "0", env=env)
     assert r.returncode == 0, r.stderr
     exp_id = next(line.split()[1] for line in r.stdout.splitlines() if line.startswith("Experiment "))
@@ -133,6 +135,7 @@ def test_save_load_view_resume_on_another_root(stopped: tuple[str, Path, dict[st
     exp_dir = root_b / exp_id
     assert f"loaded experiment {exp_id} into {exp_dir}" in r.stdout
     assert (code_b / "trial.py").read_text() == TRIAL
+    assert os.access(code_b / "run.sh", os.X_OK)  # modes of the code kept (the executable bit)
     assert json.loads(space_b.read_text()) == {"x": {"_type": "uniform", "_value": [0, 1]}}
     st = _state_in(env_b, exp_id)
     assert st.config["trial_code_directory"] == str(code_b)
