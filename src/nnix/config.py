@@ -1216,7 +1216,16 @@ def parse_config(
     if issues:
         raise ConfigError(issues, source=source)
     assert model is not None
-    return LoadedConfig(model, list(tr.warnings), tr.format)
+    warnings = list(tr.warnings)
+    if model.tuner_gpu_indices is not None:
+        from nnix.compat.nni_config import _remap, format_path
+
+        key = format_path(_remap(tr.key_map.get(("tuner_gpu_indices",), ("tunerGpuIndices",)), tr.origins))
+        warnings.append(
+            f"{key} has no effect in nnix: the tuner runs in the manager process and nnix's tuners compute on "
+            "the CPU (NNI set CUDA_VISIBLE_DEVICES of its tuner process); a custom tuner that uses a GPU "
+            "chooses its device itself")
+    return LoadedConfig(model, warnings, tr.format)
 
 
 def _load_search_space(native: dict[str, Any], tr: Translation, base_dir: Path) -> list[FieldIssue]:

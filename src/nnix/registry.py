@@ -1,7 +1,11 @@
-"""One registry for pluggable algorithms, by entry points.
+"""One registry for pluggable algorithms, by entry points, plus the ones users registered.
 
 Groups: ``nnix.tuners`` and ``nnix.assessors``. Names are case-insensitive; an alias is simply a
 second entry point pointing at the same class. Nothing here imports an algorithm until it is used.
+
+``nnix algo register -m META`` (NNI's ``nnictl algo register`` and its meta file) adds algorithms to
+``$NNIX_HOME/.nnix/algorithms.json``; :func:`available` lists them after the entry points, which they
+never shadow. NNI's NAS-only tuners are refused by name with a clear error.
 """
 
 from __future__ import annotations
@@ -33,9 +37,69 @@ class AlgorithmRef:
     code_directory: Path | None = None
 
 
-def available(kind: Kind) -> dict[str, str]:
-    """Registered names (lower-case) of ``kind`` mapped to ``module:Class``."""
+# NNI tuners that search neural architectures, not hyper-parameters (nni-spec.md 3.1)
+NAS_ONLY = frozenset({"networkmorphism", "networkmorphismtuner", "ppo", "ppotuner"})
+NAS_HINT = ("nnix runs hyper-parameter tuning only (NNI's NAS is not part of it); pick an HPO tuner "
+            "(`nnix algo list`), e.g. TPE, Evolution or RegularizedEvolutionTuner")
+
+
+def builtin(kind: Kind) -> dict[str, str]:
+    """Names (lower-case) of ``kind`` installed by entry point, mapped to ``module:Class``."""
     return {ep.name.lower(): ep.value for ep in entry_points(group=GROUPS[kind])}
+
+
+def user_algorithms_file() -> Path:
+    """Where ``nnix algo register`` keeps what it registered (beside the registry of experiments)."""
+    from nnix.home import home
+
+    return home() / ".nnix" / "algorithms.json"
+
+
+def user_algorithms() -> list[dict[str, Any]]:
+    """The registered algorithms' meta records (NNI's fields: ``builtinName``, ``algoType``, ``className``,
+    optional ``alias``, ``classArgsValidator``, ``acceptClassArgs``, ``isAdvisor``; nnix's ``codeDirectory``)."""
+    import json
+
+    try:
+        data = json.loads(user_algorithms_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    items = data.get("algorithms") if isinstance(data, dict) else None
+    return [a for a in items if isinstance(a, dict)] if isinstance(items, list) else []
+
+
+def algo_kind(meta: dict[str, Any]) -> Kind:
+    """An NNI advisor is a tuner here (nnix has no separate advisor role)."""
+    return "assessor" if meta.get("algoType") == "assessor" else "tuner"
+
+
+def meta_names(meta: dict[str, Any]) -> list[str]:
+    names = [str(meta.get("builtinName", ""))]
+    if isinstance(meta.get("alias"), str) and meta["alias"]:
+        names.append(meta["alias"])
+    return [n.lower() for n in names if n]
+
+
+def _value_of(meta: dict[str, Any]) -> str:
+    module, _, attr = str(meta.get("className", "")).rpartition(".")
+    return f"{module}:{attr}"
+
+
+def available(kind: Kind) -> dict[str, str]:
+    """Names (lower-case) of ``kind`` mapped to ``module:Class``: entry points, then registered ones."""
+    table = builtin(kind)
+    for meta in user_algorithms():
+        if algo_kind(meta) == kind:
+            for name in meta_names(meta):
+                table.setdefault(name, _value_of(meta))
+    return table
+
+
+def _user_code_directory(kind: Kind, name: str) -> str | None:
+    for meta in user_algorithms():
+        if algo_kind(meta) == kind and name in meta_names(meta) and isinstance(meta.get("codeDirectory"), str):
+            return str(meta["codeDirectory"])
+    return None
 
 
 def _import_value(value: str) -> type[Any]:
@@ -50,13 +114,18 @@ def resolve(kind: Kind, ref: AlgorithmRef) -> type[Any]:
     if ref.name is not None:
         table = available(kind)
         value = table.get(ref.name.lower())
+        if value is None and ref.name.lower() in NAS_ONLY:
+            raise TunerError(f"{kind} {ref.name!r} is not supported: NAS (neural architecture search)", NAS_HINT)
         if value is None:
             close = difflib.get_close_matches(ref.name.lower(), list(table), n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known {kind}s: {', '.join(sorted(table))}"
             raise TunerError(f"unknown {kind} {brief(ref.name)}", hint)
+        code_dir = _user_code_directory(kind, ref.name.lower()) if ref.name.lower() not in builtin(kind) else None
+        if code_dir is not None and code_dir not in sys.path:
+            sys.path.insert(0, code_dir)
         try:
             return _import_value(value)
-        except ImportError as e:
+        except (ImportError, AttributeError) as e:
             raise TunerError(
                 f"{kind} {brief(ref.name)} cannot be imported: {e}",
                 "install the extra it needs, e.g. pip install 'nnix[smac]'",

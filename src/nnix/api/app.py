@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
-from nnix.api import compat, native, static
+from nnix.api import compat, logs, native, static, tensorboard
 from nnix.api.auth import TokenMiddleware
 from nnix.api.common import ApiContext, ApiError, Handler, error
 from nnix.api.compat import PREFIX, UPDATES, metric_record, profile, trial_info
@@ -91,6 +91,12 @@ class ApiApp:
         self.app = app
         self.ctx = ctx
 
+    async def close(self) -> None:
+        """What the app started beside the manager (TensorBoard processes) ends with it."""
+        boards = self.ctx.extra.get("tensorboards")
+        if boards is not None:
+            await boards.close()
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         started = False
 
@@ -121,7 +127,8 @@ def create_app(
     hub = EventHub(manager, views, read_only)
     ctx = ApiContext(manager=manager, read_only=read_only, views=views, hub=hub, token=token)
     secret = new_secret()  # the UI's anti-CSRF token: written into its page, required on its changes
-    routes = _guarded(compat.routes(ctx) + native.routes(ctx) + static.routes(csrf=secret))
+    routes = _guarded(compat.routes(ctx) + tensorboard.routes(ctx, PREFIX) + native.routes(ctx) + logs.routes(ctx)
+                      + static.routes(csrf=secret))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.ctx = ctx
     inner: Any = TokenMiddleware(app, token) if token else app

@@ -107,8 +107,9 @@ def token_ok(scope: Scope, token: str) -> bool:
 
 
 def _public(path: str) -> bool:
-    """Static UI files carry no data: they load without a token (the UI then asks for one)."""
-    return not path.startswith("/api/")
+    """Static UI files carry no data: they load without a token (the UI then asks for one). The manager's
+    log files (``/logs/``) are data."""
+    return not path.startswith(("/api/", "/logs/"))
 
 
 class TokenMiddleware:

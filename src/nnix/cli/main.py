@@ -890,6 +890,282 @@ def algo_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list.
     print_table(["name", "type", "source", "class"], [[n, k, source_of(v), v] for n, k, v in found])
 
 
+@algo_app.command("register")
+def algo_register(
+    meta_path: Annotated[Path, typer.Option("--meta_path", "--meta-path", "-m", help="NNI meta file (YAML).")],
+) -> None:
+    """Register the tuners/assessors of an NNI meta file (builtinName, className, algoType...): configs can
+    then name them. Each class is imported to check it; built-in names are never overwritten."""
+    from nnix.cli.algo import register
+
+    for line in register(meta_path):
+        typer.echo(line)
+
+
+@algo_app.command("reg", hidden=True)
+def algo_reg(meta_path: Annotated[Path, typer.Option("--meta_path", "--meta-path", "-m")]) -> None:
+    """NNI's short spelling of `algo register`."""
+    algo_register(meta_path)
+
+
+@algo_app.command("unregister")
+def algo_unregister(name: Annotated[str, typer.Argument(help="A registered algorithm's name.")]) -> None:
+    """Remove an algorithm registered with `nnix algo register` (built-ins cannot be removed)."""
+    from nnix.cli.algo import unregister
+
+    typer.echo(unregister(name))
+
+
+@algo_app.command("unreg", hidden=True)
+def algo_unreg(name: Annotated[str, typer.Argument()]) -> None:
+    """NNI's short spelling of `algo unregister`."""
+    algo_unregister(name)
+
+
+@algo_app.command("show")
+def algo_show(name: Annotated[str, typer.Argument(help="An algorithm's name.")]) -> None:
+    """Show one algorithm as JSON: its meta record (registered) or its class (built-in)."""
+    from nnix.cli.algo import show
+
+    _dump(show(name))
+
+
+# --- experiment save / load --------------------------------------------------------------------------
+
+
+@experiment_app.command("save")
+def experiment_save(
+    experiment_id: IdArg = None,
+    path: Annotated[Path, typer.Option("--path", "-p", help="Directory to write the archive to.")] = Path("."),
+    save_code: Annotated[bool, typer.Option("--saveCodeDir", "--save-code-dir", "-s",
+                                            help="Put the trial code directory in the archive too.")] = False,
+) -> None:
+    """Save an experiment as a portable zip archive (store, config, logs, trial outputs; the code with -s),
+    to load on another machine with `nnix experiment load`."""
+    from nnix.archive import save
+    from nnix.home import Registry
+
+    eid, st = _state(experiment_id)
+    exp_dir = Path(Registry().get(eid).dir)
+    code = Path(str(st.config.get("trial_code_directory") or "")) if save_code else None
+    if code is not None and not code.is_dir():
+        raise NnixError(f"the trial code directory {code} does not exist", "save without -s")
+    result = save(eid, exp_dir, path.expanduser(), code)
+    typer.echo(f"saved experiment {eid} to {result.path} ({result.files} files"
+               + (f", {result.code_files} code files)" if code is not None else ", without the code)"))
+    if result.secrets_left_out:
+        typer.secho("note: the config's secrets (passwords, passphrases) are not saved: a loaded experiment needs "
+                    "them again to resume on remote machines", err=True, fg=typer.colors.YELLOW)
+    for p in result.skipped[:5]:
+        typer.secho(f"warning: not saved (a link or not a regular file): {p}", err=True, fg=typer.colors.YELLOW)
+
+
+@experiment_app.command("load")
+def experiment_load(
+    path: Annotated[Path, typer.Option("--path", "-p", help="The archive (.zip) to load.")],
+    code_dir: Annotated[Path, typer.Option("--codeDir", "--code-dir", "-c",
+                                           help="Trial code directory: where the archive's code goes (it must be "
+                                                "new or empty), or where the code already is.")],
+    log_dir: Annotated[Path | None, typer.Option("--logDir", "--log-dir", "-l",
+                                                 help="Experiment root directory (default: $NNIX_HOME).")] = None,
+    search_space_path: Annotated[Path | None, typer.Option(
+        "--searchSpacePath", "--search-space-path", "-s",
+        help="Write the search space to this file and use it as the config's searchSpaceFile.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an experiment with the same id.")] = False,
+) -> None:
+    """Load an archive written by `nnix experiment save`, under a new location: the paths it recorded
+    (experiment directory, code directory, trial outputs) are rewritten. Then `nnix view ID` or `nnix resume ID`."""
+    from nnix.archive import load
+    from nnix.home import home
+
+    result = load(path.expanduser(), code_dir, log_dir or home(), search_space_path, force=force)
+    eid = result.experiment_id
+    typer.echo(f"loaded experiment {eid} into {result.exp_dir}")
+    typer.echo(f"  code:   {result.code_dir}" + (f" ({result.code_extracted} files extracted)"
+                                                 if result.code_extracted else " (the archive had no code)"))
+    typer.echo(f"  view:   nnix view {eid}     resume: nnix resume {eid}")
+
+
+# --- webui / config / platform -----------------------------------------------------------------------
+
+webui_app = typer.Typer(help="The web UI of an experiment.", no_args_is_help=True)
+config_app = typer.Typer(help="An experiment's config.", no_args_is_help=True)
+platform_app = typer.Typer(help="What nnix left on remote machines and cluster storage.", no_args_is_help=True)
+tensorboard_app = typer.Typer(help="TensorBoard for trials (needs TensorBoard: the tensorboard extra of nnix).",
+                              no_args_is_help=True)
+app.add_typer(webui_app, name="webui")
+app.add_typer(config_app, name="config")
+app.add_typer(platform_app, name="platform")
+app.add_typer(tensorboard_app, name="tensorboard")
+
+
+@webui_app.command("url")
+def webui_url(experiment_id: IdArg = None) -> None:
+    """Print the web UI's address of an experiment whose manager serves it."""
+    from nnix.api.auth import is_loopback, read_token
+    from nnix.home import Registry, manager_alive, shown_status, ui_url
+
+    eid, st = _state(experiment_id)
+    if not manager_alive(st) or not st.manager_port:
+        raise NnixError(f"experiment {eid} is not served ({shown_status(st)}: no manager runs)",
+                        f"serve it read-only with `nnix view {eid}`, or continue it with `nnix resume {eid}`")
+    host = st.manager_host or "127.0.0.1"
+    token = None if is_loopback(host) else read_token(Path(Registry().get(eid).dir))
+    typer.echo(ui_url(host, st.manager_port, token))
+
+
+def _camel_config(value: Any, key: str = "") -> Any:
+    from pydantic.alias_generators import to_camel
+
+    if isinstance(value, dict):
+        if key in ("search_space", "class_args"):
+            return value  # user keys, as written
+        return {to_camel(k): _camel_config(v, k) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_camel_config(v, key) for v in value]
+    return value
+
+
+@config_app.command("show")
+def config_show(experiment_id: IdArg = None) -> None:
+    """Print the experiment's config as stored (YAML, NNI's camelCase keys; runtime updates of concurrency,
+    limits and search space applied; secrets masked)."""
+    import yaml
+
+    eid, st = _state(experiment_id)
+    config = dict(st.config)
+    for field, value in st.limits.items():
+        if field in config or value is not None:
+            config[field] = value
+    typer.echo(f"# experiment {eid}")
+    typer.echo(yaml.safe_dump(_camel_config(config), sort_keys=False, allow_unicode=True).rstrip())
+
+
+@platform_app.command("clean")
+def platform_clean(
+    config: Annotated[Path, typer.Option("--config", "-c", help="The experiment config whose platform to clean.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Remove what nnix left outside the experiment directories for a config's platform: on remote machines
+    (over SSH) the agent venvs and experiment folders under remoteWorkDir; on cluster platforms the nnix
+    folders of the shared storage. Lists what it removes and asks first (unless -y)."""
+    from nnix.config import load_config
+    from nnix.services.clean import find, remove
+
+    loaded = load_config(config)
+    places = find(loaded.config)
+    targets = [p for p in places if p.paths]
+    for p in places:
+        for path in p.paths:
+            typer.echo(f"{p.platform} {p.where}: {path}")
+        if not p.paths:
+            typer.echo(f"{p.platform} {p.where}: " + (f"error: {p.problem}" if p.problem else p.note))
+    if not targets:
+        if any(p.problem for p in places):
+            raise typer.Exit(1)
+        return
+    n = sum(len(p.paths) for p in targets)
+    if not yes and not typer.confirm(f"remove these {n} directories (stop experiments that use them first)?"):
+        raise typer.Exit(1)
+    failed = False
+    for p in remove(loaded.config, targets):
+        if p.problem:
+            failed = True
+            err(f"error: {p.platform} {p.where}: {p.problem}")
+        elif p.paths:
+            typer.echo(f"removed {len(p.paths)} from {p.where}")
+    if failed:
+        raise typer.Exit(1)
+
+
+# --- run one trial by hand -----------------------------------------------------------------------------
+
+
+@trial_app.command("run-local")
+def trial_run_local(
+    experiment_id: IdArg = None,
+    trial_id: Annotated[str, typer.Option("--trial_id", "--trial-id", "-T", help="The trial to run again.")] = ...,  # type: ignore[assignment]
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print what would run.")] = False,
+) -> None:
+    """Run one trial's command here, standalone (no experiment), in its code directory with its parameters
+    (NNIX_PARAMETERS, which `import nni` reads when no experiment runs): to debug a trial. Results are printed,
+    not recorded. Exits with the trial's exit code."""
+    import os
+    import shlex
+    import subprocess
+
+    from nnix.core.manager import params_as_args
+    from nnix.trial import PARAMETERS_ENV, shim_path
+
+    eid, st = _state(experiment_id)
+    t = st.trials.get(trial_id)
+    if t is None:
+        raise NnixError(f"experiment {eid} has no trial {trial_id}", f"nnix trial ls {eid} lists them")
+    cfg = st.config
+    command = str(cfg["trial_command"])
+    if cfg.get("trial_params_as_args") and isinstance(t.params, dict):
+        command = f"{command} {params_as_args(t.params)}"
+    code = str(cfg.get("trial_code_directory") or ".")
+    params = json.dumps(t.params)
+    typer.secho(f"# trial {trial_id} (#{t.sequence_id}) of experiment {eid}", err=True, dim=True)
+    typer.secho(f"cd {shlex.quote(code)} && {PARAMETERS_ENV}={shlex.quote(params)} {command}", err=True)
+    if dry_run:
+        return
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NNIX_TRIAL", "NNI_"))}
+    env[PARAMETERS_ENV] = params
+    env.pop("NNIX_PARAMETERS_FILE", None)
+    env["PYTHONPATH"] = shim_path() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        code_rc = subprocess.call(["/bin/bash", "-c", command], cwd=code, env=env)
+    except OSError as e:
+        raise NnixError(f"cannot run the trial command in {code}: {e}", "is the code directory there?") from e
+    raise typer.Exit(code_rc)
+
+
+# --- tensorboard ---------------------------------------------------------------------------------------
+
+
+@tensorboard_app.command("start")
+def tensorboard_start(
+    experiment_id: IdArg = None,
+    trial_id: Annotated[str | None, typer.Option("--trial_id", "--trial-id", "-T",
+                                                 help="Trial ids, comma-separated (default: every started trial).")]
+    = None,
+    port: Annotated[int | None, typer.Option("--port", help="TensorBoard's port (default: any free one).")] = None,
+) -> None:
+    """Start TensorBoard on trials' NNI_OUTPUT_DIR/tensorboard (or their output directories), through the
+    experiment's manager (running or viewed); it stops with the manager or with `nnix tensorboard stop`."""
+    from nnix.cli.control import manager_call
+
+    eid, st = _state(experiment_id)
+    ids = trial_id or ",".join(t.trial_id for t in st.trials.values() if t.output_dir)
+    if not ids:
+        raise NnixError(f"experiment {eid} has no started trial yet")
+    body: dict[str, Any] = {"trials": ids}
+    if port is not None:
+        body["port"] = port
+    info = manager_call(eid, "/tensorboard", "POST", body)
+    typer.echo(f"TensorBoard {info['id']} ({info['status']}) for trials {','.join(info['trialJobIdList'])}: "
+               f"{info['url']}")
+
+
+@tensorboard_app.command("stop")
+def tensorboard_stop(
+    experiment_id: IdArg = None,
+    task: Annotated[str | None, typer.Option("--id", help="Stop only this TensorBoard task.")] = None,
+) -> None:
+    """Stop the experiment's TensorBoard processes."""
+    from nnix.cli.control import manager_call
+
+    eid = resolve_id(experiment_id)
+    infos = [manager_call(eid, f"/tensorboard/{task}", "DELETE")] if task else manager_call(
+        eid, "/tensorboard-tasks", "DELETE")
+    if not infos:
+        typer.echo(f"experiment {eid} has no TensorBoard")
+    for info in infos:
+        typer.echo(f"TensorBoard {info['id']}: {info['status']}")
+
+
 def main() -> None:
     if Path(sys.argv[0]).name == "nnictl" and "--version" not in sys.argv and "-v" not in sys.argv:
         _note_real_nni()  # this `nnictl` is nnix's: say so where NNI's could be expected

@@ -374,6 +374,7 @@ async def _serve(
     app = create_app(manager, read_only=read_only, token=token, bind_host=host)
     config = uvicorn.Config(app, log_level="warning", lifespan="off")
     server = _Server(config)
+    server.nnix_app = app  # type: ignore[attr-defined]
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     return server, task
 
@@ -433,6 +434,8 @@ def run_manager(
             serving.cancel()  # the manager is done: no graceful HTTP shutdown to wait for
             with contextlib.suppress(BaseException):
                 await serving
+            with contextlib.suppress(Exception):  # TensorBoard processes started from the web UI or CLI
+                await server.nnix_app.close()
             progress.stop()
             logging.getLogger("nnix.manager").info("REST server closed")
 

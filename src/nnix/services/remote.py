@@ -293,6 +293,45 @@ class RemoteService:
             **options,
         )
 
+    # --- `nnix platform clean` --------------------------------------------------------------------
+    # under remoteWorkDir nnix leaves venvs/ (agent venvs) and <experiment id>/<host>_<port>/{envs,trials,...}:
+    # only those are listed (a directory is an experiment's when one of its folders has envs/ or trials/)
+    _LEFTOVERS = (
+        'w={work}; [ -d "$w" ] || exit 0; cd "$w" || exit 3; '
+        '[ -d venvs ] && ls -d venvs/nnix-* >/dev/null 2>&1 && echo "$w/venvs"; '
+        'for d in */; do d=${{d%/}}; [ "$d" = venvs ] && continue; '
+        'for h in "$d"/*/; do if [ -d "$h/envs" ] || [ -d "$h/trials" ]; then echo "$w/$d"; break; fi; done; '
+        'done; exit 0'
+    )
+
+    async def leftovers(self, remove: bool = False) -> list[tuple[str, list[str], str]]:
+        """For each machine: ``(label, directories nnix left under remoteWorkDir, problem)``; with ``remove``
+        they are deleted (and remoteWorkDir itself when that leaves it empty). Connects, runs, disconnects."""
+
+        async def one(m: _Machine) -> tuple[str, list[str], str]:
+            try:
+                m.conn = await self._connect(m)
+                work = self._work_dir
+                if work == "~" or work.startswith("~/"):
+                    home = self._text((await self._run(m, 'printf %s "$HOME"')).stdout).strip()
+                    work = home + work[1:]
+                found = await self._run(m, self._LEFTOVERS.format(work=_q(work)))
+                if found.exit_status not in (0, None):
+                    return m.label, [], f"cannot list {work}: {self._text(found.stderr).strip()}"
+                paths = [p for p in self._text(found.stdout).splitlines() if p.startswith(work + "/")]
+                if remove and paths:
+                    r = await self._run(m, "rm -rf -- " + " ".join(_q(p) for p in paths)
+                                        + f"; rmdir {_q(work)} 2>/dev/null; true")
+                    if r.exit_status not in (0, None):
+                        return m.label, paths, f"rm failed: {self._text(r.stderr).strip()}"
+                return m.label, paths, ""
+            except ServiceError as e:
+                return m.label, [], e.message
+            finally:
+                self._drop_connection(m)
+
+        return list(await asyncio.gather(*(one(m) for m in self._machines)))
+
     # --- views (tests, CLI) ----------------------------------------------------------------------
     def machines(self) -> list[tuple[str, str, str]]:
         """``(label, state, problem)`` of each machine."""

@@ -43,18 +43,19 @@ async function refreshCsrf() {
   return !!m;
 }
 
-async function api(path, { method = 'GET', body, raw = false, retried = false } = {}) {
+// base: the native API by default; NNI's routes (/api/v1/nni) and the log files (/logs, base '') too
+async function api(path, { method = 'GET', body, raw = false, base = API, retried = false } = {}) {
   const headers = {};
   const t = token();
   if (t) headers.Authorization = 'Bearer ' + t;
   if (method !== 'GET') headers['X-Nnix-Csrf'] = csrf;
   const init = { method, headers };
   if (body !== undefined) { headers['Content-Type'] = 'application/json'; init.body = JSON.stringify(body); }
-  const r = await fetch(API + path, init);
+  const r = await fetch(base + path, init);
   if (r.status === 401) { askToken(); throw new ApiError(401, 'a token is required'); }
   if (r.status === 403 && !retried && method !== 'GET') {
     const why = await r.clone().json().catch(() => ({}));
-    if (why.reason === 'csrf' && await refreshCsrf()) return api(path, { method, body, raw, retried: true });
+    if (why.reason === 'csrf' && await refreshCsrf()) return api(path, { method, body, raw, base, retried: true });
   }
   if (raw) { if (!r.ok) throw new ApiError(r.status, await r.text()); return r; }
   const ctype = r.headers.get('content-type') || '';
@@ -486,6 +487,7 @@ const trials = {
         <details class="dropdown" id="col-chooser"><summary>Columns</summary><div id="col-list"></div></details>
         <button id="btn-compare" disabled>Compare</button>
         <button id="btn-clear-sel" disabled>Clear selection</button>
+        <button id="btn-tensorboard" disabled title="select trials to open TensorBoard on their outputs">TensorBoard</button>
         <span class="muted" id="trial-count"></span>
       </div>
       <div id="trial-table"></div>`;
@@ -523,6 +525,7 @@ const trials = {
     });
     $('#btn-compare').onclick = () => { location.hash = '#/compare/' + [...S.sel].join(','); };
     $('#btn-clear-sel').onclick = () => { S.sel.clear(); this.selChanged(); };
+    $('#btn-tensorboard').onclick = () => openTensorboard([...S.sel]);
     this.table = new VTable($('#trial-table'), {
       onSort: (key) => {
         if (this.sortKey === key) this.desc = !this.desc; else { this.sortKey = key; this.desc = key === 'metric' ? maximize() : false; }
@@ -551,6 +554,8 @@ const trials = {
     $('#btn-compare').disabled = n < 2 || n > 5;
     $('#btn-compare').title = 'select 2 to 5 trials to compare';
     $('#btn-clear-sel').disabled = n === 0;
+    $('#btn-tensorboard').disabled = n === 0;
+    $('#btn-tensorboard').textContent = n ? `TensorBoard (${n})` : 'TensorBoard';
     $('#btn-compare').textContent = n ? `Compare (${n})` : 'Compare';
     this.table.render();
     if (this.tab === 'inter' || this.tab === 'params') this.drawChart(true);
@@ -946,6 +951,67 @@ const experiments = {
   },
 };
 
+// ---- TensorBoard and the manager's logs ----------------------------------------------------------
+const NNI_API = '/api/v1/nni';
+
+async function openTensorboard(ids) {
+  if (!ids.length) return;
+  const close = modal(`<h3>TensorBoard</h3><p class="muted" id="tb-status">Starting TensorBoard on ${ids.length} trial(s)…</p>
+    <div id="tb-body"></div><div class="modal-actions"><button id="tb-close">Close</button></div>`, (box, done) => {
+    $('#tb-close', box).onclick = done;
+  });
+  try {
+    const info = await api('/tensorboard', { method: 'POST', body: { trials: ids.join(',') }, base: NNI_API });
+    showTensorboard(info);
+  } catch (err) {
+    const st = $('#tb-status');
+    if (st) { st.className = 'err'; st.textContent = 'Cannot start TensorBoard: ' + err.message; }
+    else { close(); toast('Cannot start TensorBoard: ' + err.message, 'error'); }
+  }
+}
+
+function showTensorboard(info) {
+  const st = $('#tb-status'), body = $('#tb-body');
+  if (!st || !body) return;
+  st.className = info.status === 'ERROR' ? 'err' : '';
+  st.textContent = `TensorBoard ${info.id}: ${info.status}${info.message ? ' — ' + info.message : ''}`;
+  body.innerHTML = `<p><a id="tb-url" href="${esc(info.url)}" target="_blank" rel="noopener">${esc(info.url)}</a></p>
+    <p class="muted">It listens on 127.0.0.1 of the experiment's machine and stops with the experiment.</p>
+    <details><summary>Log directories (${info.trialLogDirectoryList.length})</summary><pre>${esc(info.trialJobIdList.map((t, i) => t + ': ' + info.trialLogDirectoryList[i]).join('\n'))}</pre></details>
+    <div class="modal-actions"><button id="tb-stop" class="danger">Stop TensorBoard</button></div>`;
+  $('#tb-stop').onclick = async () => {
+    try { showTensorboard(await api('/tensorboard/' + encodeURIComponent(info.id), { method: 'DELETE', base: NNI_API })); }
+    catch (err) { toast('Cannot stop TensorBoard: ' + err.message, 'error'); }
+  };
+}
+
+const LOG_FILES = [['manager.log', 'Manager log'], ['nnictl_stdout.log', 'Daemon stdout'], ['nnictl_stderr.log', 'Daemon stderr']];
+const LOG_TAIL = 256 * 1024;
+
+function openLogs() {
+  modal(`<h3>Logs</h3><div class="tabs" id="logs-tabs">${LOG_FILES.map(([f, t]) => `<button data-file="${f}">${t}</button>`).join('')}
+    <button id="logs-refresh" title="reload">↻</button></div>
+    <pre class="log" id="logs-view" style="min-width:70vw;max-height:60vh">…</pre>
+    <div class="modal-actions"><a id="logs-download" href="#" download>Download</a><button id="logs-close">Close</button></div>`,
+  (box, close) => {
+    let file = LOG_FILES[0][0];
+    const load = async () => {
+      for (const b of box.querySelectorAll('#logs-tabs button[data-file]')) b.classList.toggle('active', b.dataset.file === file);
+      $('#logs-download', box).href = '/logs/' + file + '?download=1';
+      const view = $('#logs-view', box);
+      try {
+        const text = await api('/logs/' + file + '?tail=' + LOG_TAIL, { base: '' });
+        view.textContent = text || '(empty)';
+        view.scrollTop = view.scrollHeight;
+      } catch (err) { view.textContent = err.status === 404 ? '(no such file yet)' : 'Cannot load: ' + err.message; }
+    };
+    $('#logs-tabs', box).onclick = (ev) => { const b = ev.target.closest('button[data-file]'); if (b) { file = b.dataset.file; load(); } };
+    $('#logs-refresh', box).onclick = load;
+    $('#logs-close', box).onclick = close;
+    load();
+  });
+}
+
 // ---- router --------------------------------------------------------------------------------------
 const PAGES = { overview, trials, experiments };
 
@@ -973,6 +1039,7 @@ document.addEventListener('keydown', (ev) => {
 });
 
 initToken();
+$('#btn-logs').onclick = openLogs;
 window.addEventListener('hashchange', route);
 route();
 reload().then(() => connect());

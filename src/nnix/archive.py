@@ -1,0 +1,419 @@
+"""Portable experiment archives: ``nnix experiment save`` / ``nnix experiment load`` (NNI's verbs).
+
+An archive is a zip file::
+
+    nnix-archive.json        what was saved: id, where the experiment and its code lived, nnix version
+    experiment/...           the experiment directory: the store (a consistent snapshot), logs, trial outputs
+    code/...                 the trial code directory (``save -s`` only)
+
+Left out: the config's secrets (``secrets.json``: SSH passwords and the like), the REST token, symbolic
+links and anything that is not a regular file.
+
+Loading puts the experiment under a new root (``-l``, default ``$NNIX_HOME``) with its code in ``-c``, and
+rewrites the paths its store recorded so that every read resolves there: the config's experiment
+directory, trial code directory and any path under them (a custom tuner's ``codeDirectory`` inside the
+code, PBT's checkpoint directory inside the experiment...), and each trial's output directory. The store is
+never changed in place: the archive's copy is read (read-only, immutable) and a fresh store is written with
+the same events (sequence numbers and times kept), only those paths rewritten. Members are checked before
+anything is written (no absolute paths, no ``..``, no links, only known top-level folders), and files are
+created with ``O_EXCL | O_NOFOLLOW`` under directories this code made, so an archive cannot write outside
+its targets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from nnix import __version__
+from nnix.errors import NnixError
+
+MANIFEST = "nnix-archive.json"
+FORMAT = 1
+EXP_PREFIX = "experiment/"
+CODE_PREFIX = "code/"
+STORE_MEMBER = EXP_PREFIX + "db/nnix.sqlite"
+# never saved: secrets of the config, the REST token, the store's live files (a snapshot is saved instead)
+SKIPPED = {"secrets.json", "api.token", "manager.error", "db/nnix.sqlite", "db/nnix.sqlite-wal",
+           "db/nnix.sqlite-shm"}
+MAX_MEMBERS = 1_000_000
+_ID_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+class ArchiveError(NnixError):
+    """A bad archive or a load that would overwrite something."""
+
+
+@dataclass
+class SaveResult:
+    path: Path
+    files: int
+    code_files: int
+    skipped: list[str]
+    secrets_left_out: bool
+
+
+@dataclass
+class LoadResult:
+    experiment_id: str
+    exp_dir: Path
+    code_dir: Path
+    code_extracted: int
+    rewritten: int
+
+
+# --- save ------------------------------------------------------------------------------------------
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, str]]:
+    """Regular files under ``root`` (links neither followed nor saved) as (path, relative posix name);
+    what is skipped is yielded with an empty name."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        d = Path(dirpath)
+        for name in sorted(dirnames):
+            if (d / name).is_symlink():
+                yield d / name, ""
+        dirnames[:] = sorted(n for n in dirnames if not (d / n).is_symlink())
+        for name in sorted(filenames):
+            p = d / name
+            st = os.lstat(p)
+            yield p, (p.relative_to(root).as_posix() if stat.S_ISREG(st.st_mode) else "")
+
+
+def _snapshot_store(store: Path, into: Path) -> None:
+    """A consistent copy of a (possibly live, WAL) store as one self-contained file."""
+    from nnix.store.sqlite import check_store_file
+
+    check_store_file(store)
+    src = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30.0)
+    try:
+        src.execute("SELECT 1 FROM events LIMIT 1")
+    except sqlite3.Error:  # a read-only open of a WAL store needs its -shm file: open it normally (reads only)
+        src.close()
+        src = sqlite3.connect(str(store), timeout=30.0)
+    dst = sqlite3.connect(str(into))
+    try:
+        src.backup(dst)
+        dst.execute("PRAGMA journal_mode=DELETE")
+    except sqlite3.Error as e:
+        raise ArchiveError(f"cannot read the experiment store {store}: {e}") from e
+    finally:
+        src.close()
+        dst.close()
+
+
+def save(exp_id: str, exp_dir: Path, out_dir: Path, code_dir: Path | None) -> SaveResult:
+    """Write ``<out_dir>/nnix_experiment_<id>.zip``; with ``code_dir`` the trial code goes in too."""
+    from nnix.home import STORE_NAME
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"nnix_experiment_{exp_id}.zip"
+    if target.exists():
+        raise ArchiveError(f"{target} already exists", "remove it, or save to another directory with -p")
+    skipped: list[str] = []
+    files = code_files = 0
+    secrets_left_out = (exp_dir / "secrets.json").exists()
+    config = _stored_config(exp_dir / STORE_NAME)
+    manifest = {
+        "format": FORMAT, "experimentId": exp_id, "experimentDir": str(exp_dir),
+        "codeDir": str(config.get("trial_code_directory") or ""), "hasCode": code_dir is not None,
+        "nnixVersion": __version__, "savedAt": time.time(),
+    }
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", dir=out_dir)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with tempfile.TemporaryDirectory() as work, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            snap = Path(work) / "store.sqlite"
+            _snapshot_store(exp_dir / STORE_NAME, snap)
+            zf.writestr(MANIFEST, json.dumps(manifest, indent=1))
+            zf.write(snap, STORE_MEMBER)
+            for path, rel in _walk(exp_dir):
+                if not rel:
+                    skipped.append(str(path))
+                elif rel not in SKIPPED:
+                    zf.write(path, EXP_PREFIX + rel)
+                    files += 1
+            if code_dir is not None:
+                for path, rel in _walk(code_dir):
+                    if not rel:
+                        skipped.append(str(path))
+                    elif "__pycache__" not in rel.split("/"):
+                        zf.write(path, CODE_PREFIX + rel)
+                        code_files += 1
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return SaveResult(target, files, code_files, skipped, secrets_left_out)
+
+
+def _stored_config(store: Path) -> dict[str, Any]:
+    con = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30.0)
+    try:
+        row = con.execute("SELECT body FROM events WHERE kind = 'ExperimentCreated' ORDER BY seq LIMIT 1").fetchone()
+    except sqlite3.Error as e:
+        raise ArchiveError(f"cannot read the experiment store {store}: {e}") from e
+    finally:
+        con.close()
+    if row is None:
+        raise ArchiveError(f"{store} holds no experiment")
+    config: dict[str, Any] = json.loads(row[0]).get("config") or {}
+    return config
+
+
+# --- load ------------------------------------------------------------------------------------------
+
+
+def _member_name(info: zipfile.ZipInfo) -> str:
+    """The member's checked relative name, or an ArchiveError naming the member and the rule."""
+    name = info.filename
+    bad = None
+    if not name or "\\" in name or "\0" in name or name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        bad = "an absolute or malformed path"
+    else:
+        parts = PurePosixPath(name.rstrip("/")).parts
+        if any(p in ("..", ".", "") for p in parts) or not parts:
+            bad = "a path with '..' or empty parts"
+    mode = (info.external_attr >> 16) & 0xFFFF
+    if bad is None and mode and stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+        bad = "a link or special file"
+    if bad is None and not (name == MANIFEST or name.startswith((EXP_PREFIX, CODE_PREFIX))):
+        bad = f"outside {MANIFEST}, {EXP_PREFIX} and {CODE_PREFIX}"
+    if bad is not None:
+        raise ArchiveError(f"refusing archive member {name!r}: {bad}",
+                           "this is not an archive written by `nnix experiment save` (or it was tampered with)")
+    return name
+
+
+def read_manifest(zf: zipfile.ZipFile) -> dict[str, Any]:
+    try:
+        data = json.loads(zf.read(MANIFEST))
+    except KeyError as e:
+        raise ArchiveError(f"no {MANIFEST} in the archive", "was it written by `nnix experiment save`?") from e
+    except ValueError as e:
+        raise ArchiveError(f"{MANIFEST} is not valid JSON: {e}") from e
+    if not isinstance(data, dict) or not isinstance(data.get("experimentId"), str):
+        raise ArchiveError(f"{MANIFEST} has no experimentId")
+    if data.get("format") != FORMAT:
+        raise ArchiveError(f"archive format {data.get('format')!r} is not supported (this nnix reads {FORMAT})",
+                           "load it with the nnix version that saved it")
+    exp_id = data["experimentId"]
+    if not (1 <= len(exp_id) <= 32 and set(exp_id) <= _ID_OK):
+        raise ArchiveError(f"bad experiment id {exp_id!r} in {MANIFEST}")
+    return data
+
+
+def _extract(zf: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path, rel: str) -> None:
+    """Write one member under ``root`` without following any link (directories are made here)."""
+    parts = PurePosixPath(rel).parts
+    d = root
+    for part in parts[:-1]:
+        d = d / part
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            if d.is_symlink() or not d.is_dir():
+                raise ArchiveError(f"refusing to extract {info.filename}: {d} is not a plain directory") from None
+    if info.is_dir():
+        (d / parts[-1]).mkdir(mode=0o700, exist_ok=True)
+        return
+    mode = 0o700 if (info.external_attr >> 16) & 0o100 else 0o600  # an executable script stays executable
+    fd = os.open(d / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "wb") as out, zf.open(info) as src:
+        shutil.copyfileobj(src, out, 1024 * 1024)
+
+
+def _rewriter(pairs: list[tuple[str, str]]) -> Callable[[str], str]:
+    """Replace a leading old directory (whole path components only) by the new one; longest first."""
+    ordered = sorted(((o.rstrip("/"), n.rstrip("/")) for o, n in pairs if o and o.rstrip("/")),
+                     key=lambda p: -len(p[0]))
+
+    def rewrite(value: str) -> str:
+        for old, new in ordered:
+            if value == old or value.startswith(old + "/"):
+                return new + value[len(old):]
+        return value
+
+    return rewrite
+
+
+def _walk_json(value: Any, fn: Callable[[str], str], skip: frozenset[str] = frozenset()) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, list):
+        return [_walk_json(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: (v if k in skip else _walk_json(v, fn)) for k, v in value.items()}
+    return value
+
+
+def _copy_store(src: Path, dst: Path, rewrite_config: Callable[[dict[str, Any]], dict[str, Any]],
+                rewrite_path: Callable[[str], str]) -> int:
+    """A fresh store at ``dst`` with ``src``'s events (same seq and ts); the config and trials' output
+    directories rewritten. ``src`` is opened read-only and immutable. Returns how many events changed."""
+    from nnix.store.sqlite import SCHEMA
+
+    ro = sqlite3.connect(f"file:{src}?mode=ro&immutable=1", uri=True)
+    dst.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    out = sqlite3.connect(str(dst), isolation_level=None)
+    changed = 0
+    try:
+        try:
+            rows = ro.execute("SELECT seq, ts, kind, trial_id, body FROM events ORDER BY seq")
+        except sqlite3.Error as e:
+            raise ArchiveError(f"the archive's store is not an nnix experiment store: {e}") from e
+        out.execute("PRAGMA journal_mode=WAL")
+        out.executescript(SCHEMA)
+        out.execute("BEGIN IMMEDIATE")
+        for seq, ts, kind, trial_id, body in rows:
+            new_body = body
+            if kind == "ExperimentCreated":
+                data = json.loads(body)
+                data["config"] = rewrite_config(data.get("config") or {})
+                new_body = json.dumps(data, separators=(",", ":"), allow_nan=True)
+            elif kind == "TrialStarted":
+                data = json.loads(body)
+                if isinstance(data.get("output_dir"), str):
+                    data["output_dir"] = rewrite_path(data["output_dir"])
+                new_body = json.dumps(data, separators=(",", ":"), allow_nan=True)
+            changed += new_body != body
+            out.execute("INSERT INTO events(seq, ts, kind, trial_id, body) VALUES (?, ?, ?, ?, ?)",
+                        (seq, ts, kind, trial_id, new_body))
+        out.execute("COMMIT")
+    except sqlite3.Error as e:
+        raise ArchiveError(f"cannot copy the archive's store: {e}") from e
+    finally:
+        ro.close()
+        out.close()
+    return changed
+
+
+def load(archive: Path, code_dir: Path, root: Path, search_space_path: Path | None = None,
+         force: bool = False) -> LoadResult:
+    """Load an archive under ``root`` (its experiment directory becomes ``root/<id>``) with its trial code
+    in ``code_dir`` (extracted there when the archive has it; else the code must already be there).
+    ``search_space_path``: write the search space there and record it as the config's searchSpaceFile.
+    An experiment with the same id is refused unless ``force`` (and never while its manager runs)."""
+    from nnix.home import STORE_NAME, Entry, Registry
+
+    try:
+        zf = zipfile.ZipFile(archive)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise ArchiveError(f"cannot read {archive}: {e}", "give the .zip written by `nnix experiment save`") from e
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_MEMBERS:
+            raise ArchiveError(f"the archive has {len(infos)} members (at most {MAX_MEMBERS})")
+        names = [_member_name(i) for i in infos]  # every member checked before anything is written
+        manifest = read_manifest(zf)
+        if STORE_MEMBER not in names:
+            raise ArchiveError(f"the archive has no {STORE_MEMBER}")
+        exp_id = manifest["experimentId"]
+        has_code = any(n.startswith(CODE_PREFIX) and n != CODE_PREFIX for n in names)
+        root = Path(os.path.abspath(root.expanduser()))
+        code_dir = Path(os.path.abspath(code_dir.expanduser()))
+        exp_dir = root / exp_id
+        registry = Registry()
+        existing = {e.id: e for e in registry.all()}.get(exp_id)
+        if (existing is not None or exp_dir.exists()) and not force:
+            where = existing.dir if existing is not None else str(exp_dir)
+            raise ArchiveError(f"experiment {exp_id} already exists here ({where})",
+                               f"delete it first (nnix experiment delete {exp_id}), or pass --force to replace it")
+        if existing is not None:
+            _refuse_live(existing.dir, exp_id)
+        if has_code:
+            if code_dir.exists() and (not code_dir.is_dir() or any(code_dir.iterdir())):
+                raise ArchiveError(f"{code_dir} is not an empty directory: the archive's code is extracted there",
+                                   "give a new or empty directory with -c")
+        elif not code_dir.is_dir():
+            raise ArchiveError(f"the code directory {code_dir} does not exist",
+                               "the archive has no code (saved without -s): give the directory holding the "
+                               "trial code with -c")
+        root.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{exp_id}.loading-", dir=root))
+        made_code = False
+        try:
+            new_exp = stage / "experiment"
+            new_exp.mkdir(mode=0o700)
+            raw_store = stage / "archive.sqlite"
+            for info, name in zip(infos, names, strict=True):
+                if name == STORE_MEMBER:
+                    _extract(zf, info, stage, "archive.sqlite")
+                elif name.startswith(EXP_PREFIX) and name != EXP_PREFIX:
+                    rel = name[len(EXP_PREFIX):]
+                    if rel.rstrip("/") in SKIPPED:
+                        continue
+                    _extract(zf, info, new_exp, rel)
+            code_count = 0
+            if has_code:
+                made_code = not code_dir.exists()
+                code_dir.mkdir(parents=True, exist_ok=True)
+                for info, name in zip(infos, names, strict=True):
+                    if name.startswith(CODE_PREFIX) and name != CODE_PREFIX:
+                        _extract(zf, info, code_dir, name[len(CODE_PREFIX):])
+                        code_count += not info.is_dir()
+            old_exp = str(manifest.get("experimentDir") or "")
+            old_code = str(manifest.get("codeDir") or "")
+            path_fn = _rewriter([(old_exp, str(exp_dir)), (old_code, str(code_dir))])
+            space_holder: dict[str, Any] = {}
+
+            def rewrite_config(config: dict[str, Any]) -> dict[str, Any]:
+                out: dict[str, Any] = _walk_json(config, path_fn, frozenset({"search_space"}))
+                out["experiment_working_directory"] = str(root)
+                out["trial_code_directory"] = str(code_dir)
+                space_holder["space"] = out.get("search_space")
+                ssf = out.get("search_space_file")
+                if search_space_path is not None:
+                    out["search_space_file"] = str(Path(os.path.abspath(search_space_path.expanduser())))
+                elif isinstance(ssf, str) and not Path(ssf).is_file():
+                    out["search_space_file"] = None  # a file of the old machine: the space is stored inline
+                return out
+
+            changed = _copy_store(raw_store, new_exp / STORE_NAME, rewrite_config, path_fn)
+            raw_store.unlink()
+            if search_space_path is not None:
+                target = Path(os.path.abspath(search_space_path.expanduser()))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(json.dumps(space_holder.get("space") or {}, indent=2))
+            if existing is not None or exp_dir.exists():  # --force: replace what was there
+                if existing is not None:
+                    shutil.rmtree(existing.dir, ignore_errors=True)
+                    registry.remove(exp_id)
+                shutil.rmtree(exp_dir, ignore_errors=True)
+            os.chmod(new_exp, 0o700)
+            new_exp.rename(exp_dir)
+        except BaseException:
+            if made_code:
+                shutil.rmtree(code_dir, ignore_errors=True)
+            raise
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    cfg = _stored_config(exp_dir / STORE_NAME)
+    platform = (cfg.get("training_service") or {}).get("platform", "local") if isinstance(
+        cfg.get("training_service"), dict) else "hybrid"
+    registry.add(Entry(exp_id, str(exp_dir), cfg.get("experiment_name"), str(platform), time.time()))
+    return LoadResult(exp_id, exp_dir, code_dir, code_count, changed)
+
+
+def _refuse_live(exp_dir: str, exp_id: str) -> None:
+    from nnix.home import manager_alive, read_state
+
+    try:
+        state = read_state(Path(exp_dir), summary=True)
+    except NnixError:
+        return
+    if manager_alive(state):
+        raise ArchiveError(f"experiment {exp_id} has a live manager (pid {state.manager_pid})",
+                           f"stop it first: nnix stop {exp_id}")
