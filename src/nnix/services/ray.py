@@ -53,6 +53,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -484,6 +485,19 @@ def _reload_ray_auth() -> None:
         raylet.AuthenticationTokenLoader.instance().reset_cache()
 
 
+def _reinstall_signal_handlers() -> None:
+    """Ray's shutdown resets the signals its crash handler took (SIGTERM among them) to their default action,
+    behind Python's back: a manager that goes on (its private head stopped while idle) would die of the next
+    ``nnix stop``. Python's own handlers are installed again (main thread only, as Python requires)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                signal.signal(sig, handler)
+
+
 class _NotMainThreadFilter(logging.Filter):
     """Ray warns that it installs no SIGTERM handler when initialised off the main thread: as intended here
     (the manager handles its own signals)."""
@@ -761,6 +775,7 @@ class RayLauncher:
             self._owns = False
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self._ray.shutdown)
+            _reinstall_signal_handlers()
         self._unpin()
 
     def _set_env(self, values: dict[str, str | None]) -> None:
