@@ -378,7 +378,7 @@ def test_a_new_manager_finds_the_environments_of_the_earlier_one(tmp_path: Path,
             assert (await second.poll(["e9-unknown"])) == {"e9-unknown": EnvStatus("ended", "gone")}
             await _until(second, h, "running")  # found by its name in the experiment's namespace
             await second.stop(h)
-            assert (await first.poll([h]))[h].state == "ended"
+            await _until(first, h, "ended")  # the earlier one hears of it too (its own call's answer may lag)
         finally:
             await second.close()
             await first.close()
@@ -541,6 +541,8 @@ def test_a_killed_managers_private_ray_keeps_its_trials_for_resume(tmp_path: Pat
     assert head is not None and head.experiment_id == exp_id and head.owner_pid == first.pid
     assert head.address.startswith("127.0.0.1:")
     before = {t.trial_id: t for t in read_state(exp_dir).trials.values() if t.status is TrialStatus.RUNNING}
+    agents = _agents_of({str(t.environment_id) for t in before.values()})
+    assert len(agents) == 2 and set(agents) <= set(rayhead.descendants(head.keeper_pid))  # under its keeper
     first.kill()  # kill -9 of the manager mid-trial
     first.wait()
     assert rayhead.check(head, exp_id) is None  # its head runs on without it...

@@ -705,6 +705,8 @@ class RayLauncher:
 
     async def _use_head(self, head: rayhead.Head, new: bool) -> None:
         """Connect to ``head`` with its own token, and check (or, for a new one, set) whose head it is."""
+        # first: its keeper stops a head whose manager is dead once no agent is left
+        head = await asyncio.to_thread(rayhead.set_owner, self._head_dir, head, os.getpid())
         self._set_env({_AUTH_VAR: "token", "RAY_AUTH_TOKEN": head.token, "RAY_AUTH_TOKEN_PATH": None})
         try:
             await self._connect(self._ray, head.address)
@@ -715,7 +717,7 @@ class RayLauncher:
         except BaseException:
             await self._disconnect()
             raise
-        self._head = await asyncio.to_thread(rayhead.set_owner, self._head_dir, head, os.getpid())
+        self._head = head
 
     def _head_mark(self, put: bytes | None) -> bytes | None:
         """The head's owner as its KV store says (``<experiment>/<head id>``); ``put``: record it first.

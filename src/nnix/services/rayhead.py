@@ -172,9 +172,14 @@ def read(exp_dir: Path) -> Head | None:
 def set_owner(exp_dir: Path, head: Head, pid: int) -> Head:
     """Record ``pid`` as the manager owning ``head`` now (the keeper stops an ownerless head with no agent)."""
     owned = replace(head, owner_pid=pid, owner_start=proc_start(pid))
-    if read(exp_dir) == head:
+    if _names(read(exp_dir), head):
         _write_json(exp_dir / RECORD, asdict(owned))
     return owned
+
+
+def _names(found: Head | None, head: Head) -> bool:
+    """Whether the record ``found`` is of ``head`` (whoever owns it now)."""
+    return found is not None and (found.head_id, found.keeper_pid) == (head.head_id, head.keeper_pid)
 
 
 def check(head: Head, experiment_id: str) -> str | None:
@@ -309,7 +314,7 @@ def stop(exp_dir: Path, head: Head | None = None, timeout: float = 60.0) -> bool
             time.sleep(0.1)
         tree = _children()
         _signal([q for p in naming(head.temp_dir) for q in [p, *descendants(p, tree)]], signal.SIGKILL)
-    if read(exp_dir) == head:
+    if _names(read(exp_dir), head):
         with contextlib.suppress(OSError):
             (exp_dir / RECORD).unlink()
     marker = _read_json(Path(head.temp_dir) / MARKER) or {}
