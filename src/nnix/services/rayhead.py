@@ -236,7 +236,8 @@ def start(
         ray_args.append(f"--num-cpus={num_cpus}")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH")}
     env.update(RAY_USAGE_STATS_ENABLED="0", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_AUTH_MODE="token",
-               RAY_AUTH_TOKEN=secrets.token_hex(32))
+               RAY_AUTH_TOKEN=secrets.token_hex(32),
+               RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")  # no 30 s drain on SIGTERM: the guardians end the trials
     log_path = exp_dir / LOG
     offset = log_path.stat().st_size if log_path.exists() else 0
     argv = [sys.executable, "-m", "nnix.services.rayhead", "--exp-dir", str(exp_dir), "--experiment", experiment_id,
