@@ -1,12 +1,12 @@
-"""The Ray service on a real Ray: a head on 127.0.0.1 started as a separate process (``ray_lab``), a private
-Ray started by the launcher itself, and worker nodes in network namespaces (one test). The launcher is
-driven directly with a stand-in agent (a shell script that records what it got and starts a "trial" in a
-session of its own), then whole experiments run through the manager with the real agent."""
+"""The Ray service on a real Ray: a head on 127.0.0.1 started as a separate process (``ray_lab``), nnix's own
+private heads (one per experiment, outliving a killed manager; managers run as processes of their own and are
+killed with SIGKILL), and worker nodes in network namespaces (one test). The launcher is driven directly with a
+stand-in agent (a shell script that records what it got and starts a "trial" in a session of its own), then
+whole experiments run through the manager with the real agent."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import secrets
@@ -24,11 +24,12 @@ from nnix.config import RayConfig, parse_config
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.errors import ConfigError, ServiceError
 from nnix.home import read_state
+from nnix.services import rayhead
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.ray import RayLauncher, describe_exit, describe_ray_error
 from nnix.testing.experiments import make_experiment, run_experiment
-from nnix.testing.ray import RayLab, RayNetnsLab, netns_unavailable, unavailable
+from nnix.testing.ray import PrivateHeads, RayLab, RayNetnsLab, netns_unavailable, unavailable
 
 SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.2, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
@@ -378,7 +379,7 @@ def test_a_new_manager_finds_the_environments_of_the_earlier_one(tmp_path: Path,
             assert (await second.poll(["e9-unknown"])) == {"e9-unknown": EnvStatus("ended", "gone")}
             await _until(second, h, "running")  # found by its name in the experiment's namespace
             await second.stop(h)
-            assert (await first.poll([h]))[h].state == "ended"
+            await _until(first, h, "ended")  # the earlier one hears of it too (its own call's answer may lag)
         finally:
             await second.close()
             await first.close()
@@ -451,62 +452,145 @@ def test_trial_whose_actor_is_killed_fails_with_the_reason(tmp_path: Path, ray_l
     _wait(lambda: not _agents_of(set(killed)), 20)  # its agent (and trial) went down with the actor
 
 
-def test_experiment_on_a_private_ray(tmp_path: Path, ray_env: dict[str, str]) -> None:
+def test_experiment_on_a_private_ray(tmp_path: Path, ray_env: dict[str, str], heads: PrivateHeads) -> None:
     _, exp_dir = _ray_experiment(tmp_path, {"reuseMode": True}, trials=3, concurrency=1)
-    st = run_experiment(exp_dir, timeout=180, **FAST)
+    done = threading.Event()
+
+    def note_head() -> None:  # its record goes when it stops
+        while not done.is_set() and heads.seen(exp_dir) is None:
+            time.sleep(0.05)
+
+    th = threading.Thread(target=note_head, daemon=True)
+    th.start()
+    try:
+        st = run_experiment(exp_dir, timeout=180, **FAST)
+    finally:
+        done.set()
+        th.join(10)
     _assert_all_succeeded(st, 3)
     import ray
 
     assert not ray.is_initialized()  # the private Ray is shut down with the experiment
     assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") is None
-    assert os.environ.get("RAY_AUTH_MODE") == ray_env["RAY_AUTH_MODE"]
-    raylets = []
-    for pid in os.listdir("/proc"):
-        with_cmd = Path(f"/proc/{pid}/cmdline")
-        try:
-            if pid.isdigit() and b"raylet" in with_cmd.read_bytes() and _alive(int(pid)):
-                stat = Path(f"/proc/{pid}/stat").read_bytes()
-                if int(stat[stat.rfind(b")") + 2 :].split()[1]) == os.getpid():
-                    raylets.append(pid)
-        except OSError:
-            continue
-    assert raylets == []
+    assert os.environ.get("RAY_AUTH_MODE") == ray_env["RAY_AUTH_MODE"]  # its own token was this process's for a while
+    assert os.environ.get("RAY_AUTH_TOKEN") == ray_env["RAY_AUTH_TOKEN"]
+    (head,) = heads.heads.values()
+    assert _head_gone(head) and rayhead.read(exp_dir) is None  # stopped with the experiment, nothing left
 
 
-def test_a_killed_manager_takes_its_private_ray_and_trials_down(tmp_path: Path, ray_env: dict[str, str]) -> None:
-    import sys
+# --- the private head outlives its manager -------------------------------------------------------
+WAIT_FOR_GO = """import nni, os, time
+p = nni.get_next_parameter()
+nni.report_intermediate_result(0)
+nni.report_intermediate_result(1)
+go = os.path.join(os.path.dirname(os.path.abspath(__file__)), "go")
+deadline = time.monotonic() + 600
+while not os.path.exists(go) and time.monotonic() < deadline:
+    time.sleep(0.05)
+nni.report_intermediate_result(2)
+nni.report_final_result(p["x"])
+"""
 
-    from nnix.testing.ray import descendants
 
-    code = _long_trial(tmp_path)
-    _, exp_dir = make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py", maxTrialNumber=1,
-                                 trainingService={"platform": "ray"})
-    driver = subprocess.Popen([sys.executable, "-c", "import sys; from pathlib import Path; "
-                               "from nnix.testing.experiments import run_experiment; "
-                               "run_experiment(Path(sys.argv[1]), timeout=300)", str(exp_dir)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ours: list[int] = []
+@pytest.fixture
+def heads(ray_env: dict[str, str]) -> Iterator[PrivateHeads]:
+    guard = PrivateHeads()
     try:
-        def running() -> bool:
-            st = read_state(exp_dir)
-            return any(t.status is TrialStatus.RUNNING and len(t.metrics) >= 2 for t in st.trials.values())
-
-        _wait(running, 120)
-        (trial,) = read_state(exp_dir).trials.values()
-        assert trial.pid is not None and trial.environment_id
-        agents = _agents_of({trial.environment_id})
-        ours = descendants(driver.pid)  # Ray's own processes (gcs, raylet, workers, agents)
-        assert agents and _alive(trial.pid)
-        driver.kill()
-        driver.wait()
-        _wait(lambda: not any(_alive(p) for p in [*agents, trial.pid]), 60)  # the agent and its trial
+        yield guard
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
-        for pid in ours:  # Ray's helper agents notice their raylet is gone only after a minute or two
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        guard.down()
+
+
+def _waiting_experiment(tmp_path: Path, name: str, *, trials: int, concurrency: int,
+                        **service: Any) -> tuple[str, Path, Path]:
+    """A private-Ray experiment whose trials report 0 and 1, then wait for ``<code>/go`` to report 2 and end."""
+    code = tmp_path / name
+    code.mkdir()
+    (code / "trial.py").write_text(WAIT_FOR_GO)
+    exp_id, exp_dir = make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py",
+                                      trialConcurrency=concurrency, maxTrialNumber=trials,
+                                      trainingService={"platform": "ray", **service})
+    return exp_id, exp_dir, code
+
+
+def _running(exp_dir: Path, n: int) -> bool:
+    st = read_state(exp_dir)
+    return sum(t.status is TrialStatus.RUNNING and len(t.metrics) >= 2 for t in st.trials.values()) >= n
+
+
+def _head_gone(head: Any) -> bool:
+    """Nothing of ``head`` is left: neither its keeper nor any process naming its temporary directory."""
+    return rayhead.proc_start(head.keeper_pid) is None and not rayhead.naming(head.temp_dir)
+
+
+def _user_with_a_ray_token(tmp_path: Path) -> dict[str, str]:
+    """A user's environment with Ray's token authentication on (``~/.ray/auth_token``, ``RAY_AUTH_MODE=token``)."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")}
+    return {**env, "HOME": str(home), "RAY_AUTH_MODE": "token"}
+
+
+def test_a_killed_managers_private_ray_keeps_its_trials_for_resume(tmp_path: Path, heads: PrivateHeads) -> None:
+    exp_id, exp_dir, code = _waiting_experiment(tmp_path, "code", trials=3, concurrency=2)
+    env = _user_with_a_ray_token(tmp_path)
+    first = heads.manager(exp_id, "create", tmp_path / "first.out", env=env, **FAST)
+    _wait(lambda: _running(exp_dir, 2) or first.poll() is not None, 240)
+    assert first.poll() is None, (tmp_path / "first.out").read_text()[-3000:]
+    head = heads.seen(exp_dir)
+    assert head is not None and head.experiment_id == exp_id and head.owner_pid == first.pid
+    assert head.address.startswith("127.0.0.1:")
+    before = {t.trial_id: t for t in read_state(exp_dir).trials.values() if t.status is TrialStatus.RUNNING}
+    agents = _agents_of({str(t.environment_id) for t in before.values()})
+    assert agents and set(agents) <= set(rayhead.descendants(head.keeper_pid))  # guardians and agents: its keeper's
+    first.kill()  # kill -9 of the manager mid-trial
+    first.wait()
+    assert rayhead.check(head, exp_id) is None  # its head runs on without it...
+    assert any(b"gcs_server" in Path(f"/proc/{p}/cmdline").read_bytes() for p in rayhead.naming(head.temp_dir))
+    assert all(t.pid is not None and _alive(t.pid) for t in before.values())  # ...and so do its trials
+    (code / "go").write_text("")  # they end while no manager runs: their agents keep what they report
+    second = heads.manager(exp_id, "resume", tmp_path / "second.out", env=env, **FAST)
+    assert second.wait(300) == 0, (tmp_path / "second.out").read_text()[-3000:]
+    st = read_state(exp_dir)
+    _assert_all_succeeded(st, 3)  # every metric once, across the crash
+    assert f"took over the private Ray head of the earlier manager at {head.address}" in (
+        exp_dir / "log" / "manager.log").read_text()
+    assert {st.trials[t].environment_id for t in before} == {t.environment_id for t in before.values()}
+    _wait(lambda: _head_gone(head), 60)  # stopped with the experiment: no Ray process left
+    assert rayhead.read(exp_dir) is None and not Path(head.temp_dir).exists()
+    assert not any(_alive(t.pid) for t in st.trials.values() if t.pid is not None)
+
+
+def test_each_experiment_has_its_own_head_and_stop_or_done_ends_it(tmp_path: Path, heads: PrivateHeads) -> None:
+    from nnix.cli.control import stop_experiment
+
+    a_id, a_dir, _ = _waiting_experiment(tmp_path, "a", trials=1, concurrency=1)
+    b_id, b_dir, b_code = _waiting_experiment(tmp_path, "b", trials=1, concurrency=1, idleTimeout=1)
+    a = heads.manager(a_id, "create", tmp_path / "a.out", exit_when_done=False, **FAST)
+    b = heads.manager(b_id, "create", tmp_path / "b.out", exit_when_done=False, head_idle=1.0, **FAST)
+    _wait(lambda: (_running(a_dir, 1) and _running(b_dir, 1)) or a.poll() is not None or b.poll() is not None, 300)
+    assert a.poll() is None and b.poll() is None
+    ha, hb = heads.seen(a_dir), heads.seen(b_dir)
+    assert ha is not None and hb is not None
+    assert ha.address != hb.address and ha.keeper_pid != hb.keeper_pid and ha.temp_dir != hb.temp_dir
+    assert rayhead.check(ha, b_id) is not None and rayhead.check(hb, a_id) is not None  # neither adopts the other
+    (a_trial,) = read_state(a_dir).trials.values()
+    (b_trial,) = read_state(b_dir).trials.values()
+    # a killed manager, then `nnix stop`: its head goes, with the trial it kept running
+    a.kill()
+    a.wait()
+    assert "its private Ray head (127.0.0.1:" in stop_experiment(a_id)
+    assert _head_gone(ha) and rayhead.read(a_dir) is None
+    _wait(lambda: a_trial.pid is not None and not _alive(a_trial.pid), 30)
+    assert rayhead.check(hb, b_id) is None and b_trial.pid is not None and _alive(b_trial.pid)  # the other's runs on
+    # DONE while the manager keeps serving: the idle head is stopped
+    (b_code / "go").write_text("")
+    _wait(lambda: read_state(b_dir).status is ExperimentStatus.DONE, 120)
+    _wait(lambda: _head_gone(hb), 120)
+    assert b.poll() is None  # the manager still runs
+    stop_experiment(b_id)
+    assert b.wait(30) == 0
 
 
 def test_experiment_across_namespace_nodes(tmp_path: Path, ray_env: dict[str, str]) -> None:

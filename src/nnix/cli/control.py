@@ -92,10 +92,12 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
             time.sleep(0.01)
         if pid_alive(pid):
             raise NnixError(f"experiment {entry.id} did not stop within {timeout:.0f} s", f"kill -9 {pid}")
+        extra = _stop_engines(exp_dir)
         if state.status.is_active:
-            return f"experiment {entry.id} stopped"
+            return f"experiment {entry.id} stopped{extra}"
         port = f" on port {state.manager_port}" if state.manager_port else ""
-        return f"experiment {entry.id} ({was}): its manager{port} stopped"
+        return f"experiment {entry.id} ({was}): its manager{port} stopped{extra}"
+    extra = _stop_engines(exp_dir)
     if state.status.is_active:
         error = read_manager_error(exp_dir)
         why = manager_error_text(error) if error is not None else "the manager was no longer running"
@@ -104,8 +106,17 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
             store.append([StatusChanged(ExperimentStatus.STOPPED, why)])
         finally:
             store.close()
-        return f"experiment {entry.id} was not running (its manager had died); marked STOPPED"
-    return f"experiment {entry.id} is not running ({state.status.value}; no manager serves it)"
+        return f"experiment {entry.id} was not running (its manager had died); marked STOPPED{extra}"
+    return f"experiment {entry.id} is not running ({state.status.value}; no manager serves it){extra}"
+
+
+def _stop_engines(exp_dir: Path) -> str:
+    """What an experiment keeps running outside its manager for a resume, ended (its private Ray head, with the
+    actors, agents and trials in it); what was done, as a suffix of the CLI's message."""
+    from nnix.services.rayhead import stop_recorded
+
+    done = stop_recorded(exp_dir)
+    return f"; {done}" if done else ""
 
 
 def running_port(exp_id: str) -> int:

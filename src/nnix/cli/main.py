@@ -621,7 +621,10 @@ def experiment_delete(
         return
     if not yes and not typer.confirm(f"delete {len(targets)} experiment(s): {', '.join(e.id for e in targets)}?"):
         raise typer.Exit(1)
+    from nnix.services.rayhead import stop_recorded
+
     for e in targets:
+        stop_recorded(Path(e.dir))  # its private Ray head, if a killed manager left one
         shutil.rmtree(e.dir, ignore_errors=True)
         reg.remove(e.id)
         typer.echo(f"deleted {e.id}")

@@ -10,18 +10,21 @@ metrics, kill) is the shared part in :mod:`nnix.services.cluster`.
 
 Which cluster (``address``):
 
-* absent: a private single-node Ray is started in the manager's process for this experiment, pinned to
-  127.0.0.1 (Ray would otherwise pick this machine's first network address and listen on every interface),
-  and shut down with the experiment;
+* absent: a private single-node Ray head is started for this experiment, pinned to 127.0.0.1 (Ray would
+  otherwise pick this machine's first network address and listen on every interface), with a token of its own.
+  It runs in a session of its own and outlives a killed manager (see :mod:`nnix.services.rayhead`): a
+  resumed manager takes it over, with its actors, as on a shared cluster. It is stopped when the manager
+  closes with nothing left running (the experiment ended or was stopped), when no environment has needed it
+  for ``head_idle`` seconds (a new one starts when needed), and by ``nnix stop`` / ``nnix experiment delete``;
 * ``host:port`` of a running head (``ray start --head``): the manager's machine must be a node of that
   cluster (Ray drivers talk to a local raylet); ``auto``: the cluster this machine belongs to;
   ``ray://host:10001``: Ray Client, from any machine (``pip install 'ray[client]'``).
 
-On a shared cluster the actors are *detached* and named after their environment in the namespace
-``nnix-<experiment id>``: they outlive a killed manager, so the agents reconnect to a resumed one, which
-finds the actors by name (see :class:`~nnix.services.cluster.ClusterService`). An actor ends itself when
-its agent has exited, or when its manager died before telling it what to run; an agent whose manager never
-comes back gives up after its own timeout. With a private Ray, environments end with the manager.
+The actors are *detached* and named after their environment in the namespace ``nnix-<experiment id>``:
+they outlive a killed manager, so the agents reconnect to a resumed one, which finds the actors by name (see
+:class:`~nnix.services.cluster.ClusterService`). An actor ends itself when its agent has exited, or when its
+manager died before telling it what to run; an agent whose manager never comes back gives up after its own
+timeout.
 
 Processes on the node: the actor starts a small stdlib-only *guardian* process (double-forked, so Ray's
 clean-up of a dead worker's children does not kill it first) which starts the agent. The guardian is a
@@ -50,6 +53,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -58,6 +62,7 @@ from urllib.parse import urlsplit
 
 from nnix.agent.runner import RunnerEvent, TrialSpec
 from nnix.errors import ServiceError
+from nnix.services import rayhead
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
 
@@ -72,6 +77,7 @@ INSTALL_HINT = "install Ray where the manager runs: pip install 'nnix[ray]'"
 _CLUSTER_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 _AUTH_VAR = "RAY_AUTH_MODE"
 _PRIVATE_OBJECT_STORE = 200 * 1024 * 1024  # environments pass no data through Ray's object store
+_KV_NAMESPACE = "nnix"
 
 # The guardian: run by the actor's worker as ``python -c _GUARDIAN <ctl fd> <status fd> <grace> <argv...>``.
 # Standard library only (the Ray worker's Python need not have nnix). Status lines to <status fd> are JSON:
@@ -470,6 +476,28 @@ def describe_exit(result: dict[str, Any]) -> str:
     return f"{what}: {tail}" if tail and code != 0 else what
 
 
+def _reload_ray_auth() -> None:
+    """Make this process's Ray read its authentication settings (``RAY_AUTH_MODE``, ``RAY_AUTH_TOKEN``) again:
+    it caches them. Nothing to do for a Ray without token authentication."""
+    with contextlib.suppress(Exception):
+        raylet: Any = importlib.import_module("ray._raylet")
+        raylet.Config.initialize("")  # first: the mode, then the token it needs
+        raylet.AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _reinstall_signal_handlers() -> None:
+    """Ray's shutdown resets the signals its crash handler took (SIGTERM among them) to their default action,
+    behind Python's back: a manager that goes on (its private head stopped while idle) would die of the next
+    ``nnix stop``. Python's own handlers are installed again (main thread only, as Python requires)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                signal.signal(sig, handler)
+
+
 class _NotMainThreadFilter(logging.Filter):
     """Ray warns that it installs no SIGTERM handler when initialised off the main thread: as intended here
     (the manager handles its own signals)."""
@@ -486,6 +514,11 @@ class _Actor:
     done: concurrent.futures.Future[Any]
     stopped: bool = False
     released: bool = False
+
+    @property
+    def over(self) -> bool:
+        """Ended, or being ended by this manager."""
+        return self.stopped or self.released or self.done.done()
 
     def status(self) -> EnvStatus:
         if self.stopped and (self.released or self.done.done()):
@@ -523,6 +556,8 @@ class RayLauncher:
         connect_timeout: float = 60.0,
         kill_grace: float = 5.0,
         local_num_cpus: int | None = None,
+        state_dir: Path | None = None,
+        head_idle: float = 30.0,
     ) -> None:
         self.advertise_host: str | None = _advertise_for(address)
         self._experiment_id = experiment_id
@@ -537,12 +572,18 @@ class RayLauncher:
         self._connect_timeout = float(connect_timeout)
         self._kill_grace = float(kill_grace)
         self._local_num_cpus = local_num_cpus
+        self._state_dir = state_dir
+        self._head_idle = float(head_idle)
         self._ray: Any = None
         self._cls: Any = None
         self._owns = False
-        self._shared = address is not None
+        self._private = address is None
+        self._head: rayhead.Head | None = None
+        self._head_lock: asyncio.Lock | None = None
+        self._head_task: asyncio.Task[None] | None = None
+        self._launching = 0
         self._pinned: tuple[str | None, Any] | None = None
-        self._auth_mode: str | None = None
+        self._saved_env: dict[str, str | None] | None = None
         self._actors: dict[str, _Actor] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -565,6 +606,7 @@ class RayLauncher:
             runtime_env=ts.runtime_env,
             python=ts.python_executable,
             connect_timeout=float(ts.connect_timeout),
+            state_dir=context.experiment_dir if context is not None else None,
         )
 
     # --- views -----------------------------------------------------------------------------------
@@ -599,6 +641,7 @@ class RayLauncher:
         ray = _import_ray()
         self._ray = ray
         self._loop = asyncio.get_running_loop()
+        self._head_lock = asyncio.Lock()
         try:
             await asyncio.to_thread(self.working_dir.mkdir, parents=True, exist_ok=True)
         except OSError as e:
@@ -610,31 +653,155 @@ class RayLauncher:
         if ray.is_initialized():
             log.warning("this process is already connected to Ray: nnix uses that connection (trainingService."
                         "address is not used) and leaves it open")
-            self._shared = True
+            self._private = False
+        elif self._private:
+            await self._open_private(adopt=True)
+            self._head_task = asyncio.create_task(self._watch_head())
         else:
-            await self._connect(ray)
+            await self._connect(ray, self._address)
         if self.advertise_host is None:
             self.advertise_host = await asyncio.to_thread(self._guess_advertise)
         self._cls = ray.remote(_actor_class())
 
-    async def _connect(self, ray: Any) -> None:
-        address = self._address
+    # --- the private head (see nnix.services.rayhead) ----------------------------------------------
+    @property
+    def _head_dir(self) -> Path:
+        return self._state_dir or self.working_dir
+
+    async def _open_private(self, adopt: bool) -> None:
+        """Connect to this experiment's private head: the one recorded by an earlier manager when it is still
+        there and verified, else a new one."""
+        state = self._head_dir
+        head = await asyncio.to_thread(rayhead.read, state) if adopt else None
+        if head is not None:
+            why = await asyncio.to_thread(rayhead.check, head, self._experiment_id)
+            if why is None:
+                try:
+                    await self._use_head(head, new=False)
+                except ServiceError as e:
+                    why = e.message
+                else:
+                    log.info("took over the private Ray head of the earlier manager at %s (keeper pid %d)",
+                             head.address, head.keeper_pid)
+                    return
+            log.warning("the private Ray head recorded for this experiment cannot be used (%s): starting a new one",
+                        why)
+            await asyncio.to_thread(rayhead.stop, state, head)
+        try:
+            head = await asyncio.to_thread(
+                rayhead.start, state, self._experiment_id, num_cpus=self._local_num_cpus,
+                object_store_memory=_PRIVATE_OBJECT_STORE, timeout=self._connect_timeout, owner_pid=os.getpid())
+        except (OSError, RuntimeError) as e:
+            raise ServiceError(f"cannot start a private Ray on 127.0.0.1: {e}",
+                               "check that Ray runs on this machine (`ray start --head`), or raise "
+                               "trainingService.connectTimeout") from None
+        try:
+            await self._use_head(head, new=True)
+        except BaseException:
+            await asyncio.to_thread(rayhead.stop, state, head)
+            raise
+        log.info("private Ray head started at %s (keeper pid %d, %s); it outlives this manager while trials run",
+                 head.address, head.keeper_pid, head.temp_dir)
+
+    async def _use_head(self, head: rayhead.Head, new: bool) -> None:
+        """Connect to ``head`` with its own token, and check (or, for a new one, set) whose head it is."""
+        # first: its keeper stops a head whose manager is dead once no agent is left
+        head = await asyncio.to_thread(rayhead.set_owner, self._head_dir, head, os.getpid())
+        self._set_env({_AUTH_VAR: "token", "RAY_AUTH_TOKEN": head.token, "RAY_AUTH_TOKEN_PATH": None})
+        try:
+            await self._connect(self._ray, head.address)
+            mark = f"{self._experiment_id}/{head.head_id}".encode()
+            found = await asyncio.to_thread(self._head_mark, None if not new else mark)
+            if found is not None and found != mark:
+                raise ServiceError(f"the Ray head at {head.address} belongs to {found.decode(errors='replace')}")
+        except BaseException:
+            await self._disconnect()
+            raise
+        self._head = head
+
+    def _head_mark(self, put: bytes | None) -> bytes | None:
+        """The head's owner as its KV store says (``<experiment>/<head id>``); ``put``: record it first.
+        None when this Ray has no such API."""
+        try:
+            kv: Any = importlib.import_module("ray.experimental.internal_kv")
+        except ImportError:
+            return None
+        if put is not None:
+            kv._internal_kv_put(b"nnix-head", put, overwrite=True, namespace=_KV_NAMESPACE)
+        value = kv._internal_kv_get(b"nnix-head", namespace=_KV_NAMESPACE)
+        return bytes(value) if value is not None else b"(nobody)"
+
+    async def _watch_head(self) -> None:
+        """Stops the private head once no environment has needed it for ``head_idle`` seconds (the experiment is
+        over, while its manager keeps serving); the next environment starts a new one."""
+        assert self._loop is not None
+        idle_since = self._loop.time()
+        while not self._closed:
+            await asyncio.sleep(max(0.05, min(1.0, self._head_idle / 4)))
+            now = self._loop.time()
+            if self._head is None or self._launching or any(not a.over for a in self._actors.values()):
+                idle_since = now
+                continue
+            if now - idle_since < self._head_idle:
+                continue
+            assert self._head_lock is not None
+            async with self._head_lock:
+                if self._closed or self._head is None or self._launching:
+                    continue
+                if await asyncio.to_thread(self._left_running):
+                    idle_since = now  # actors of an earlier manager, not taken over (yet)
+                    continue
+                log.info("no ray environment for %.0f s: stopping the private Ray head (a new one starts when "
+                         "needed)", now - idle_since)
+                await self._close_head()
+
+    def _left_running(self) -> list[str]:
+        """Live actors of this experiment that this manager did not end (left for a resume)."""
+        over = {h for h, a in self._actors.items() if a.over}
+        try:
+            names = self._ray.util.list_named_actors()
+        except Exception:
+            return [h for h, a in self._actors.items() if not a.over]
+        return [str(n) for n in names if n not in over]
+
+    async def _close_head(self) -> None:
+        head, self._head = self._head, None
+        self._actors.clear()
+        await self._disconnect()
+        if head is not None:
+            await asyncio.to_thread(rayhead.stop, self._head_dir, head)
+            log.info("private Ray head at %s stopped", head.address)
+
+    async def _disconnect(self) -> None:
+        if self._owns and self._ray is not None:
+            self._owns = False
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._ray.shutdown)
+            _reinstall_signal_handlers()
+        self._unpin()
+
+    def _set_env(self, values: dict[str, str | None]) -> None:
+        """Set (or, None, unset) environment variables until :meth:`_unpin`, and make Ray read them again."""
+        if self._saved_env is None:
+            self._saved_env = {}
+        for k, v in values.items():
+            self._saved_env.setdefault(k, os.environ.get(k))
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _reload_ray_auth()
+
+    async def _connect(self, ray: Any, address: str | None) -> None:
         where = address or "a private Ray on 127.0.0.1"
         kwargs: dict[str, Any] = {"namespace": self._namespace, "log_to_driver": False,
-                                  "logging_level": logging.WARNING}
+                                  "logging_level": logging.WARNING, "address": address}
         host: str | None = None
         port = 0
-        if address is None:
-            kwargs.update(address="local", _node_ip_address="127.0.0.1", include_dashboard=False,
-                          object_store_memory=_PRIVATE_OBJECT_STORE, num_cpus=self._local_num_cpus)
-            self._pin_loopback(ray)
-            self._auth_mode = os.environ.get(_AUTH_VAR, "")  # a new Ray turns its token auth on for the process
-        else:
-            kwargs["address"] = address
-            if address != "auto":
-                host, port = _host_port(address)
-                if _is_loopback(host):
-                    self._pin_loopback(ray)
+        if address is not None and address != "auto":
+            host, port = _host_port(address)
+            if _is_loopback(host):
+                self._pin_loopback(ray)
         if host:
             try:
                 _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
@@ -684,12 +851,14 @@ class RayLauncher:
             consts.ENABLE_RAY_CLUSTER = False
 
     def _unpin(self) -> None:
-        if self._auth_mode is not None:
-            if self._auth_mode:
-                os.environ[_AUTH_VAR] = self._auth_mode
-            else:
-                os.environ.pop(_AUTH_VAR, None)
-            self._auth_mode = None
+        if self._saved_env is not None:
+            for k, v in self._saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            self._saved_env = None
+            _reload_ray_auth()
         if self._pinned is None:
             return
         env, const = self._pinned
@@ -713,8 +882,21 @@ class RayLauncher:
         return None
 
     async def launch(self, request: EnvRequest) -> str:
-        if self._cls is None or self._loop is None:
+        if self._cls is None or self._loop is None or self._head_lock is None:
             raise ServiceError("the ray launcher was not prepared")
+        self._launching += 1
+        try:
+            if self._private and self._head is None:
+                async with self._head_lock:
+                    if self._head is None and not self._closed:
+                        await self._open_private(adopt=False)
+                        self._cls = self._ray.remote(_actor_class())
+            return await self._launch(request)
+        finally:
+            self._launching -= 1
+
+    async def _launch(self, request: EnvRequest) -> str:
+        assert self._cls is not None
         handle = request.env_id
         log_path = str(self.log_path(handle))
         argv = [self._python, *request.agent_args()]
@@ -728,9 +910,8 @@ class RayLauncher:
                 opts["resources"] = dict(self._resources)
             if self._runtime_env:
                 opts["runtime_env"] = self._runtime_env
-            if self._shared:
-                opts["lifetime"] = "detached"
-            actor = self._cls.options(**opts).remote(self._shared)
+            opts["lifetime"] = "detached"  # it outlives a killed manager: a resumed one takes it over
+            actor = self._cls.options(**opts).remote(True)
             started = actor.start.remote(argv, request.agent_env(), log_path, self._kill_grace)
             done = actor.wait.remote()
             return _Actor(handle, actor, started.future(), done.future())
@@ -780,8 +961,8 @@ class RayLauncher:
         return out
 
     async def _adopt(self, handle: str) -> _Actor | None:
-        """An actor of an earlier manager of this experiment (shared clusters only), found by its name."""
-        if not self._shared or self._ray is None or self._loop is None:
+        """An actor of an earlier manager of this experiment, found by its name."""
+        if self._ray is None or self._loop is None or (self._private and self._head is None):
             return None
         ray = self._ray
 
@@ -829,14 +1010,25 @@ class RayLauncher:
 
     async def close(self) -> None:
         self._closed = True
+        if self._head_task is not None:
+            self._head_task.cancel()
+            await asyncio.gather(self._head_task, return_exceptions=True)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        head = self._head if self._private else None
+        left = await asyncio.to_thread(self._left_running) if head is not None else []
+        if head is not None and left:
+            self._head = None
+            self._actors.clear()
+            await self._disconnect()
+            log.info("the private Ray head at %s (keeper pid %d) keeps running for %d environment(s) left running: "
+                     "`nnix resume` takes them over, `nnix stop` ends them", head.address, head.keeper_pid, len(left))
+            return
+        if head is not None:
+            await self._close_head()
+            return
         self._actors.clear()
-        if self._owns and self._ray is not None:
-            self._owns = False
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(self._ray.shutdown)
-        self._unpin()
+        await self._disconnect()
 
 
 class RayService(ClusterService):
@@ -857,5 +1049,9 @@ class RayService(ClusterService):
         **options: Any,
     ) -> ClusterService:
         options.setdefault("engine_poll_interval", 1.0)  # polling reads local futures: cheap
-        return super().from_config(config, emit, context, **options)
+        head_idle = options.pop("head_idle", None)
+        launcher = options.pop("launcher", None) or cls.make_launcher(config, context)
+        if head_idle is not None and isinstance(launcher, RayLauncher):
+            launcher._head_idle = float(head_idle)
+        return super().from_config(config, emit, context, launcher=launcher, **options)
 

@@ -6,6 +6,8 @@ disturbed).
   own temporary directory and free ports. Everything is pinned to loopback: Ray otherwise replaces
   127.0.0.1 with this machine's first network address (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` stops that;
   the nnix launcher sets the same for its side).
+* :class:`PrivateHeads`: what tests of nnix's own private heads (:mod:`nnix.services.rayhead`) started, ended
+  whatever happens: the manager processes they ran and every head recorded in their experiments.
 * :class:`RayNetnsLab`: a head in the root namespace on a test bridge ``nnixrb<k>`` (10.203.<k>.1) and worker
   nodes in network namespaces ``nnixr<k>n<i>`` (10.203.<k>.1<i>), each with its own hostname. The head has no
   CPU of its own, so every environment runs on a namespace node. Needs root.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import json
 import os
 import secrets
 import shutil
@@ -31,8 +34,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["RayLab", "RayNetnsLab", "netns_unavailable", "unavailable"]
+__all__ = ["PrivateHeads", "RayLab", "RayNetnsLab", "netns_unavailable", "unavailable"]
 
 LOCK = Path("/tmp/nnix-raylab.lock")
 SUBNET = "10.203"
@@ -208,6 +212,54 @@ class RayLab:
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+@dataclass
+class PrivateHeads:
+    """Managers run as processes by a test, and the private Ray heads of its experiments: :meth:`seen` notes a
+    head while it runs (its record is removed when it stops), :meth:`down` ends them all (a finalizer)."""
+
+    managers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    exp_dirs: list[Path] = field(default_factory=list)
+    heads: dict[str, Any] = field(default_factory=dict)
+
+    def manager(self, exp_id: str, action: str, log: Path, env: dict[str, str] | None = None,
+                exit_when_done: bool = True, **options: Any) -> subprocess.Popen[bytes]:
+        """Run ``exp_id``'s manager (``create`` / ``resume``) in a process of its own, as ``nnix`` does."""
+        code = ("import json, sys; from nnix.cli.run import run_manager; "
+                "run_manager(sys.argv[1], sys.argv[2], port=0, live=False, exit_when_done=sys.argv[3] == '1', "
+                "**json.loads(sys.argv[4]))")
+        with open(log, "ab") as f:
+            proc = subprocess.Popen([sys.executable, "-c", code, exp_id, action, "1" if exit_when_done else "0",
+                                     json.dumps(options)], stdin=subprocess.DEVNULL, stdout=f,
+                                    stderr=subprocess.STDOUT, env=env)
+        self.managers.append(proc)
+        return proc
+
+    def seen(self, exp_dir: Path) -> Any:
+        """The head recorded in ``exp_dir`` now (a :class:`nnix.services.rayhead.Head`), or None; remembered."""
+        from nnix.services import rayhead
+
+        if exp_dir not in self.exp_dirs:
+            self.exp_dirs.append(exp_dir)
+        head = rayhead.read(exp_dir)
+        if head is not None:
+            self.heads[head.head_id] = head
+        return head
+
+    def down(self) -> None:
+        """Kill the managers, stop every head seen or recorded, then kill what still names a head's directory."""
+        from nnix.services import rayhead
+
+        for proc in self.managers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+        for exp_dir in self.exp_dirs:
+            self.seen(exp_dir)
+            rayhead.stop(exp_dir, timeout=60)
+        for head in self.heads.values():
+            rayhead.stop(Path("/nonexistent"), head, timeout=60)
 
 
 @dataclass
