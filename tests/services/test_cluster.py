@@ -126,7 +126,7 @@ def test_environments_whose_agent_never_connects_stop_the_experiment_with_a_hint
     exp_dir = _experiment(tmp_path, concurrency=1, trials=1)
     st = _run(exp_dir, launcher, timeout=30)
     assert st.status is ExperimentStatus.ERROR
-    assert "3 failed starts in a row" in st.message and "ended before the nnix agent" in st.message
+    assert "after 3 failed starts in a row" in st.message and "ended before the nnix agent" in st.message
     assert "nniManagerIp" in st.message
     assert len(launcher.launched) == 3
     # the trial never started: it is not FAILED, it waits (a resume runs it)

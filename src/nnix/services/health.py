@@ -130,6 +130,6 @@ class HostHealth:
         by_count = self._max_failures is not None and all(h.failures >= self._max_failures for h in hosts)
         if not by_count and now - since < self.give_up_after:
             return None
-        what = (f"{self._max_failures} failed starts in a row on each" if by_count
+        what = (f"after {self._max_failures} failed starts in a row" if by_count
                 else f"for {now - since:.0f} s (give-up time {self.give_up_after:g} s)")
         return f"no {self._noun} could run a trial {what}: " + " | ".join(self.describe(h.name) for h in hosts)
