@@ -155,7 +155,17 @@ def test_a_detached_manager_is_resumed_and_reattaches_running_trials(tmp_path: P
     assert [t.status for t in st.trials.values()] == [TrialStatus.RUNNING] * 2
     assert len(_alive(launcher)) == 2
     assert (exp_dir / "cluster.json").is_file()
-    time.sleep(0.5)  # the trials report meanwhile; the agents buffer
+    def unrecorded() -> bool:  # the trials report meanwhile (the agents buffer): lines no manager recorded
+        for t in read_state(exp_dir).trials.values():
+            channel = Path(t.output_dir or "") / ".nnix" / "metrics.jsonl"
+            if channel.is_file() and len(channel.read_bytes().splitlines()) > t.last_index + 1:
+                return True
+        return False
+
+    deadline = time.monotonic() + 60
+    while not unrecorded():
+        assert time.monotonic() < deadline, "the trials reported nothing while no manager ran"
+        time.sleep(0.05)
     st = _run(exp_dir, launcher, action="resume")
     assert st.status is ExperimentStatus.DONE
     for t in st.trials.values():

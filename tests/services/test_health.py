@@ -91,7 +91,8 @@ def test_max_failures_in_a_row_gives_up_early() -> None:
     assert h.verdict() is None
     h.failed("slurm", "environment 3 ended before the nnix agent in it connected back: exit 1")
     reason = h.verdict()
-    assert reason is not None and reason.startswith("no slurm environment could run a trial after 3 failed starts in a row")
+    assert reason is not None
+    assert reason.startswith("no slurm environment could run a trial after 3 failed starts in a row")
     assert "environment 3 ended before" in reason
 
 

@@ -5,6 +5,7 @@ for real (links cut with ``ip link set ... down``, agents and managers killed wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -124,6 +125,18 @@ def _requeues(exp_dir: Path) -> tuple[list[TrialRequeued], list[TrialRequeued]]:
     finally:
         store.close()
     return of_running, of_waiting
+
+
+def _unrecorded_lines(st: ExperimentState) -> bool:
+    """Whether a running trial of ``st`` wrote metric lines that ``st`` has not recorded (its channel file is on this
+    machine's file system: the lab's hosts share it)."""
+    for t in st.trials.values():
+        if t.status is TrialStatus.RUNNING and t.output_dir:
+            channel = Path(str(t.output_dir).split(":", 1)[1]) / ".nnix" / "metrics.jsonl"
+            with contextlib.suppress(OSError):
+                if len(channel.read_bytes().splitlines()) > t.last_index + 1:
+                    return True
+    return False
 
 
 def _cmdline(pid: int) -> str:
@@ -486,7 +499,7 @@ def test_manager_killed_and_resumed_reattaches_remote_trials(tmp_path: Path, ssh
     os.kill(st.manager_pid or 0, signal.SIGKILL)
     _wait(lambda: not pid_alive(st.manager_pid))
     assert len(ssh_lab.agent_pids(exp_id)) >= 2  # the agents outlive their manager ...
-    time.sleep(1.0)  # ... and buffer what their trials report meanwhile
+    _wait(lambda: _unrecorded_lines(st), 60)  # ... and their trials report what no manager recorded
     res = subprocess.run([*nnix, "resume", exp_id, "--foreground", "--port", "0"], capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
