@@ -37,6 +37,11 @@ Failures:
   go back to the queue to run again elsewhere (``requeue``); the experiment continues on the others. If
   the host comes back, its old agents are retired (they kill the written-off trials and exit) and the
   host is used again;
+* a trial whose agent does not start it within the start timeout (a slow host), or whose host goes away before it
+  starts, goes back to the queue with the reason (a Requeued event), whatever ``lostHostPolicy`` says, and the
+  machine backs off; the experiment stops (ERROR, each machine named) only when no machine could run anything for
+  ``lostHostTimeout`` (at least the start timeout). One policy for this and the cluster engines:
+  :mod:`nnix.services.health`;
 * the agent killed (``kill -9``) mid-trial: its trials are process groups of their own and keep running;
   the service sees the agent's SSH channel end (or its silence), starts a new agent and has it *attach*
   to them (metrics after the last recorded line, then the real exit status);
