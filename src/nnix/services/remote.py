@@ -369,9 +369,19 @@ class RemoteService:
         tasks = [m.task for m in self._machines if m.task is not None] + list(self._tasks)
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # bounded: a task whose cancellation got lost (an SSH or SFTP call that swallows it) must not hold the
+        # manager forever; dropping the connections ends whatever still waits on one
+        pending = (await asyncio.wait(tasks, timeout=5.0))[1] if tasks else set()
         for m in self._machines:
             self._drop_connection(m)
+            m.disconnected.set()
+        if pending:
+            for t in pending:
+                t.cancel()
+            pending = (await asyncio.wait(pending, timeout=5.0))[1]
+            if pending:
+                log.warning("closing: %d task(s) did not end: %s", len(pending),
+                            ", ".join(sorted(str(t.get_coro()) for t in pending))[:500])
         if self._server is not None:
             await self._server.close()
 
@@ -415,6 +425,8 @@ class RemoteService:
                 continue
             m.first_attempt.set()
             backoff = 1.0
+            if self._closing:
+                return
             await m.disconnected.wait()
             m.disconnected.clear()
             self._drop_connection(m)
