@@ -92,6 +92,11 @@ class ServiceError(NnixError):
     """A training service could not start or manage an environment or a trial."""
 
 
+class ServiceUnavailableError(ServiceError):
+    """No host or environment of the training service could run a trial for its give-up time (see
+    :mod:`nnix.services.health`): the experiment stops (ERROR) without failing the trials that wait."""
+
+
 class GpuUnavailableError(ServiceError):
     """The GPU request can never be satisfied on this host (not merely busy now)."""
 

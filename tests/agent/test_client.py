@@ -45,7 +45,7 @@ class Recorder:
     def indices(self, trial_id: str) -> list[int]:
         return [i for m in self.of(Metrics, trial_id) for i, _ in m.items]
 
-    async def wait_for(self, cls: type[Any], trial_id: str, timeout: float = 20.0) -> Any:
+    async def wait_for(self, cls: type[Any], trial_id: str, timeout: float = 60.0) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             found = self.of(cls, trial_id)
@@ -167,7 +167,10 @@ def test_metrics_reported_during_a_cut_arrive_exactly_once(tmp_path: Path) -> No
                 await asyncio.sleep(0.01)
             ep.send(Run(spec))
             await rec.wait_for(Started, "T1")
-            await asyncio.sleep(0.5)
+            deadline = time.monotonic() + 60
+            while len(rec.indices("T1")) < 3:  # metrics flow before the cut
+                assert time.monotonic() < deadline, "no metrics arrived"
+                await asyncio.sleep(0.01)
             proxy.lose_next_ack = True  # the manager applies a batch but its answer never arrives
             while proxy.lost_acks == 0:
                 await asyncio.sleep(0.01)

@@ -330,9 +330,13 @@ def test_job_object_token_resources_and_cleanup(tmp_path: Path, kube_lab: KubeLa
         assert pod.tolerations[0].key == "gpu" and pod.restart_policy == "Never" and job.spec.backoff_limit == 0
         secret = kube_lab.core().read_namespaced_secret(f"{name}-token", "default")
         assert secret.metadata.owner_references[0].uid == job.metadata.uid  # deleted with the Job
-        # no node matches the selector: pending, with the scheduler's words
-        await asyncio.sleep(1.5)
-        st = (await launcher.poll([name]))[name]
+        # no node matches the selector: pending, with the scheduler's words (once the scheduler has looked)
+        deadline = time.monotonic() + 60
+        while True:
+            st = (await launcher.poll([name]))[name]
+            if (st.state == "pending" and "node" in st.reason.lower()) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
         assert st.state == "pending" and "node" in st.reason.lower(), st
         await launcher.stop(name)
         _wait(lambda: not _objects(kube_lab, launcher.exp), 30)
@@ -410,7 +414,7 @@ def test_status_transitions_as_the_operators_patch_them(tmp_path: Path, kube_lab
                    {"platform": "frameworkcontroller", "taskRoles": [{"name": "worker", "command": "x"}]})
 
     async def poll(launcher: KubeLauncher, name: str, want: str, reason: str = "") -> Any:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while True:  # until the watch has seen the patch
             st = (await launcher.poll([name]))[name]
             if (st.state == want and st.reason.startswith(reason)) or time.monotonic() > deadline:

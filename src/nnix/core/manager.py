@@ -44,7 +44,14 @@ from nnix.core.events import (
 )
 from nnix.core.state import ExperimentState, TrialState, fold_store
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
-from nnix.errors import NnixError, NoMoreTrialsError, ServiceError, StoreError, StoreFullError
+from nnix.errors import (
+    NnixError,
+    NoMoreTrialsError,
+    ServiceError,
+    ServiceUnavailableError,
+    StoreError,
+    StoreFullError,
+)
 from nnix.home import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
@@ -506,6 +513,9 @@ class ExperimentManager:
                 return
             try:
                 started = await self.service.submit(self.spec_for(t))
+            except ServiceUnavailableError as e:  # no host can run anything: stop; the waiting trials stay WAITING
+                self._set_status(ExperimentStatus.ERROR, str(e))
+                return
             except ServiceError as e:
                 log.error("trial %s could not be started: %s", t.trial_id, e)
                 self.record(TrialEnded(t.trial_id, TrialStatus.FAILED, None, str(e)))

@@ -34,10 +34,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from nnix.agent.protocol import Attach, Hello, Kill, Message, Run, Shutdown
 from nnix.agent.reason import exit_reason
-from nnix.agent.runner import Exited, Metrics, Output, RunnerEvent, Started, TrialSpec
-from nnix.errors import ServiceError
+from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
+from nnix.errors import ServiceError, ServiceUnavailableError
 from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.services.base import CapacityChanged, ServiceContext
+from nnix.services.health import HostHealth
 from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
@@ -245,6 +246,9 @@ class ClusterService:
         max_environments: int | None = None,
         lost_timeout: float = 60.0,
         start_timeout: float = 60.0,
+        give_up_after: float | None = None,
+        backoff_min: float = 1.0,
+        backoff_max: float = 30.0,
         engine_poll_interval: float = 2.0,
         end_grace: float = 3.0,
         agent_request_timeout: float = 10.0,
@@ -283,8 +287,13 @@ class ClusterService:
         self._early: list[tuple[_Env, Message]] = []
         self._demand = 0
         self._fatal: ServiceError | None = None
-        self._failed_starts = 0
-        self._last_failure = ""
+        # failed starts (environments that die before their agent connects, agents that do not start a trial in
+        # time) and when to give up: the policy shared with the SSH service (nnix.services.health). The engine is
+        # one "host"; three failed starts in a row, or failing for lost_timeout, stop the experiment
+        self._health = HostHealth(
+            [self.platform], give_up_after=give_up_after if give_up_after is not None else max(
+                self._lost_after, self._start_timeout), backoff_min=backoff_min, backoff_max=backoff_max,
+            max_failures=3, noun=f"{self.platform} environment", clock=clock)
         self._counter = 0
         self._closing = False
         self._settle_deadline = 0.0
@@ -456,7 +465,7 @@ class ClusterService:
         return env.trial is None and not (env.single and env.used) and not env.stopping and env.state != "ended"
 
     def _ensure_envs(self) -> None:
-        if self._closing or self._fatal is not None:
+        if self._closing or self._fatal is not None or not self._health.usable(self.platform):
             return
         live = self._live()
         coming = [e for e in live if self._free(e)]
@@ -492,19 +501,12 @@ class ClusterService:
             await self._stop_env(env, "not needed any more")
 
     def _failure(self, env: _Env, why: str) -> None:
-        """An environment ended before its agent connected."""
-        self._failed_starts += 1
-        self._last_failure = why
+        """An environment ended before its agent connected: a failed start (backoff; see nnix.services.health)."""
         log.error("%s environment %s (%s) ended before its agent connected: %s", self.platform, env.env_id,
                   env.handle, why)
         self._end_env(env, why)
-        if self._failed_starts >= 3 and self._fatal is None:
-            self._fatal = ServiceError(
-                f"{self._failed_starts} {self.platform} environments in a row ended before the nnix agent in them "
-                f"connected back; the last: {why}",
-                f"check that the environments can run the agent (python with nnix) and reach the manager at "
-                f"{self._url} (set nniManagerIp to an address they can reach)",
-            )
+        self._health.failed(self.platform, f"environment {env.handle or env.env_id} ended before the nnix agent in "
+                                           f"it connected back: {why}")
 
     async def _watch(self) -> None:
         """Engine states, liveness, idle environments; once every ``engine_poll_interval`` seconds."""
@@ -586,7 +588,7 @@ class ClusterService:
         env.state, env.reason, env.claims = "ready", "", list(hello.running)
         if env.idle_since is None:
             env.idle_since = self._clock()
-        self._failed_starts = 0
+        self._health.ok(self.platform)
         for tid in hello.running:
             t = self._trials.get(tid)
             if t is not None and t.env is None:
@@ -661,9 +663,17 @@ class ClusterService:
             raise self._fatal
         free = [e for e in self._envs.values() if e.state == "ready" and self._free(e)]
         if not free:
+            verdict = self._health.verdict()
+            if verdict is not None:
+                raise ServiceUnavailableError(
+                    verdict, f"check that the environments can run the agent (python with nnix) and reach the "
+                    f"manager at {self._url} (set nniManagerIp to an address they can reach)")
             self._ensure_envs()
             pending = [e for e in self._live() if e.state in ("launching", "pending")]
-            if pending:
+            if not self._health.usable(self.platform) and not pending:
+                self._reason = (f"no new {self.platform} environment for "
+                                f"{self._health.retry_in(self.platform):.0f} s: {self._health.describe(self.platform)}")
+            elif pending:
                 detail = "; ".join(f"{e.handle or 'submitting'}" + (f" ({e.reason})" if e.reason else "")
                                    for e in pending[:3])
                 self._reason = f"waiting for {len(pending)} {self.platform} environment(s) to start: {detail}"
@@ -683,22 +693,33 @@ class ClusterService:
         except TimeoutError:
             self._trials.pop(spec.trial_id, None)
             env.trial = None
+            why = f"the agent of {self.platform} environment {env.handle} did not start it within " \
+                  f"{self._start_timeout:g} s"
             self._spawn(self._stop_env(env, f"its agent did not start trial {spec.trial_id} within "
                                             f"{self._start_timeout:g} s"))
-            self._reason = f"the agent of {env.handle} did not start the trial; trying another environment"
-            return None
+            return self._requeue_unstarted(spec.trial_id, why)
         except _StartFailed as e:
             self._trials.pop(spec.trial_id, None)
             if env.trial == spec.trial_id:
                 env.trial = None
-            if env.state == "ended":
-                return None  # the environment died under it: the trial waits for another one
+            if env.state == "ended":  # the environment died under it: the trial waits for another one
+                return self._requeue_unstarted(spec.trial_id, str(e))
             raise ServiceError(f"trial {spec.trial_id} could not start in {self.platform} environment "
                                f"{env.handle}: {e}", "check trialCommand and the code directory") from None
         t.started = None
         self._reason = ""
         self._demand = max(0, self._demand - 1)
+        self._health.ok(self.platform)
         return replace(started, output_dir=t.location, environment_id=env.env_id)
+
+    def _requeue_unstarted(self, trial_id: str, why: str) -> Started | None:
+        """A trial that did not start goes back to the queue (counted: a Requeued event with the reason), and the
+        engine backs off (nnix.services.health): never an experiment error by itself. Returns None."""
+        delay = self._health.failed(self.platform, why)
+        log.warning("trial %s did not start: %s; no new %s environment for %g s", trial_id, why, self.platform, delay)
+        self._emit(Requeued(trial_id, f"did not start: {why}; back to the queue"))
+        self._reason = why
+        return None
 
     async def cancel(self, trial_id: str) -> None:
         t = self._trials.get(trial_id)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
-from nnix.errors import ServiceError
+from nnix.errors import ServiceError, ServiceUnavailableError
 from nnix.services.base import ServiceContext, TrainingService
 
 if TYPE_CHECKING:
@@ -104,6 +104,7 @@ class HybridService:
         n = len(self.children)
         reasons: list[str] = []
         never: list[str] = []
+        unavailable = 0  # children that gave up on their hosts (nnix.services.health), not on this trial
         for k in range(n):
             i = (self._next + k) % n
             child, label = self.children[i], self._labels[i]
@@ -111,6 +112,7 @@ class HybridService:
                 started = await child.submit(spec)
             except ServiceError as e:
                 never.append(f"{label}: {e.message}")
+                unavailable += isinstance(e, ServiceUnavailableError)
                 continue
             if started is None:
                 reasons.append(f"{label}: {child.waiting_reason() or 'busy'}")
@@ -121,6 +123,9 @@ class HybridService:
             self._reason = ""
             return started
         if len(never) == n:
+            if unavailable == n:
+                raise ServiceUnavailableError("no training service of the hybrid list can run anything: "
+                                              + "; ".join(never))
             raise ServiceError("no training service of the hybrid list can run this trial: " + "; ".join(never))
         self._reason = "; ".join(reasons + never)
         return None

@@ -37,6 +37,11 @@ Failures:
   go back to the queue to run again elsewhere (``requeue``); the experiment continues on the others. If
   the host comes back, its old agents are retired (they kill the written-off trials and exit) and the
   host is used again;
+* a trial whose agent does not start it within the start timeout (a slow host), or whose host goes away before it
+  starts, goes back to the queue with the reason (a Requeued event), whatever ``lostHostPolicy`` says, and the
+  machine backs off; the experiment stops (ERROR, each machine named) only when no machine could run anything for
+  ``lostHostTimeout`` (at least the start timeout). One policy for this and the cluster engines:
+  :mod:`nnix.services.health`;
 * the agent killed (``kill -9``) mid-trial: its trials are process groups of their own and keep running;
   the service sees the agent's SSH channel end (or its silence), starts a new agent and has it *attach*
   to them (metrics after the last recorded line, then the real exit status);
@@ -69,10 +74,11 @@ from nnix import __version__
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run, Shutdown
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
-from nnix.errors import GpuUnavailableError, ServiceError
+from nnix.errors import GpuUnavailableError, ServiceError, ServiceUnavailableError
 from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.services.base import ServiceContext
 from nnix.services.gpu import GpuInfo, GpuScheduler
+from nnix.services.health import HostHealth
 from nnix.services.mirror import OutputMirror
 from nnix.services.packing import CodeArchive, build_wheels, pack_code
 
@@ -152,6 +158,7 @@ class _Trial:
     pid_start: str | None = None
     last_index: int = -1
     started: asyncio.Future[Started | None] | None = None
+    unstarted: str = ""  # why ``started`` was resolved with None (its host lost, its agent replaced)
 
 
 @dataclass(eq=False)
@@ -221,6 +228,9 @@ class RemoteService:
         lost_host_timeout: float = 60.0,
         connect_timeout: float = 10.0,
         start_timeout: float = 60.0,
+        give_up_after: float | None = None,
+        backoff_min: float = 1.0,
+        backoff_max: float = 30.0,
         adopt_wait: float = 3.0,
         agent_request_timeout: float = 10.0,
         poll_interval: float = 0.25,
@@ -253,6 +263,12 @@ class RemoteService:
                                  use_active_gpu=m.use_active_gpu)
             self._machines.append(_Machine(i, m, sched, inv))
         self._by_key = {m.key: m for m in self._machines}
+        # one policy for failed starts and lost hosts (nnix.services.health); giving up needs every machine
+        # failing for lostHostTimeout, and never less than one agent start timeout
+        self._health = HostHealth(
+            [m.label for m in self._machines],
+            give_up_after=give_up_after if give_up_after is not None else max(self._lost_after, start_timeout),
+            backoff_min=backoff_min, backoff_max=backoff_max, clock=clock)
         self._envs: dict[str, _Env] = {}
         self._trials: dict[str, _Trial] = {}
         self._early: list[tuple[_Env, Message]] = []
@@ -392,9 +408,19 @@ class RemoteService:
         tasks = [m.task for m in self._machines if m.task is not None] + list(self._tasks)
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # bounded: a task whose cancellation got lost (an SSH or SFTP call that swallows it) must not hold the
+        # manager forever; dropping the connections ends whatever still waits on one
+        pending = (await asyncio.wait(tasks, timeout=5.0))[1] if tasks else set()
         for m in self._machines:
             self._drop_connection(m)
+            m.disconnected.set()
+        if pending:
+            for t in pending:
+                t.cancel()
+            pending = (await asyncio.wait(pending, timeout=5.0))[1]
+            if pending:
+                log.warning("closing: %d task(s) did not end: %s", len(pending),
+                            ", ".join(sorted(str(t.get_coro()) for t in pending))[:500])
         if self._server is not None:
             await self._server.close()
 
@@ -427,6 +453,7 @@ class RemoteService:
                     m.state = "failed" if e.permanent else "down"
                 if m.down_since is None:
                     m.down_since = self._clock()
+                self._health.down(m.label, e.message)
                 if not m.first_attempt.is_set() or e.permanent:
                     log.error("%s%s", e.message, f" (hint: {e.hint})" if e.hint else "")
                 m.first_attempt.set()
@@ -437,11 +464,14 @@ class RemoteService:
                 continue
             m.first_attempt.set()
             backoff = 1.0
+            if self._closing:
+                return
             await m.disconnected.wait()
             m.disconnected.clear()
             self._drop_connection(m)
             if m.state == "ready":
                 m.state, m.problem, m.down_since = "down", f"SSH connection to {m.label} lost", self._clock()
+                self._health.down(m.label, m.problem)
                 log.warning("SSH connection to %s lost; reconnecting", m.label)
 
     def _drop_connection(self, m: _Machine) -> None:
@@ -599,6 +629,7 @@ class RemoteService:
                                 f"{self._text(probe.stderr).strip()[-500:]}", permanent=True) from None
         await self._adopt(m)
         m.state, m.problem, m.down_since = "ready", "", None
+        self._health.ok(m.label)
         await self._reconcile(m, raise_errors=True)
         log.info("machine %s ready (%s, work dir %s)", m.label, m.python, m.root)
 
@@ -804,6 +835,10 @@ class RemoteService:
         for tid in list(env.trials):
             t = self._trials.get(tid)
             if t is not None and t.env is env:
+                if t.started is not None and not t.started.done():
+                    # handed to this agent but not started: it goes back to the queue (see submit)
+                    t.unstarted = f"its agent {env.env_id} on {env.machine.label} was replaced before it started"
+                    t.started.set_result(None)
                 t.env = None
         env.trials.clear()
         self._forget_env(env)
@@ -887,6 +922,9 @@ class RemoteService:
                 for env in m.live_envs():
                     if env.stopping:
                         continue
+                    if env.endpoint.last_contact is None and not env.adopted and (
+                            now - env.started_at < self._start_timeout):
+                        continue  # still starting (a slow Python start on a loaded host): _start_env times it
                     seen = env.endpoint.last_contact or env.started_at
                     if now - seen > self._lost_after:
                         m.checking = True
@@ -927,6 +965,7 @@ class RemoteService:
         m.state, m.problem = "lost", f"host {m.label} lost: {why}"
         if m.down_since is None:
             m.down_since = self._clock()
+        self._health.down(m.label, m.problem)
         trials = [t for t in self._trials.values() if t.machine is m]
         log.error("%s; lostHostPolicy %s applies to its trials %s", m.problem, self._policy,
                   sorted(t.trial_id for t in trials) or "(none)")
@@ -934,7 +973,8 @@ class RemoteService:
             del self._trials[t.trial_id]
             m.gpus.release(t.trial_id)
             if t.started is not None and not t.started.done():
-                t.started.set_result(None)  # still starting: it simply waits for another machine
+                t.unstarted = m.problem
+                t.started.set_result(None)  # still starting: back to the queue, for another machine (submit)
                 continue
             if self._policy == "requeue":
                 self._emit(Requeued(t.trial_id, f"{m.problem}; re-queued (lostHostPolicy: requeue)"))
@@ -1040,9 +1080,16 @@ class RemoteService:
 
     # --- the TrainingService protocol ------------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:
-        ready = [m for m in self._machines if m.state == "ready" and (not self._reuse or m.reuse_env is not None)]
+        ready = [m for m in self._machines if m.state == "ready" and (not self._reuse or m.reuse_env is not None)
+                 and self._health.usable(m.label)]
         if not ready:
+            verdict = self._health.verdict()
+            if verdict is not None:
+                raise ServiceUnavailableError(
+                    verdict, "check the machines named (network, sshd, load, agent.log under remoteWorkDir); "
+                    "`nnix resume` runs the waiting trials once one is usable")
             self._reason = "no remote machine is available now: " + "; ".join(
+                self._health.describe(m.label) if self._health.failing(m.label) else
                 f"{m.label} {m.state}" + (f" ({m.problem})" if m.problem else "") for m in self._machines)
             return None
         n = len(self._machines)
@@ -1094,35 +1141,44 @@ class RemoteService:
                     take.cancel()
                     with contextlib.suppress(BaseException):
                         await take
-                    self._drop_trial(t)
-                    return None
+                    return self._requeue_unstarted(t, t.unstarted or f"{m.label} went away")
                 env = take.result()
             t.env = env
             env.trials.add(spec.trial_id)
             env.endpoint.send(Run(remote))
             started = await asyncio.wait_for(asyncio.shield(t.started), self._start_timeout)
         except HostError as e:
-            self._drop_trial(t)
-            log.warning("cannot start trial %s on %s now: %s", spec.trial_id, m.label, e.message)
-            self._reason = e.message
-            return None
+            return self._requeue_unstarted(t, f"cannot start it on {m.label}: {e.message}")
         except TimeoutError:
-            self._drop_trial(t)
-            if t.env is not None:
+            if t.env is not None and not t.env.dead:
                 t.env.endpoint.send(Kill(spec.trial_id))  # in case it starts after all
-            if m.state != "ready":  # the connection went away meanwhile: try again, maybe elsewhere
-                return None
-            raise ServiceError(f"the agent on {m.label} did not start trial {spec.trial_id} within "
-                               f"{self._start_timeout:g} s", f"see {t.env.dir if t.env else m.root}/agent.log "
-                               "on the worker") from None
+            where = f" (see {t.env.dir}/agent.log on the worker)" if t.env is not None else ""
+            return self._requeue_unstarted(
+                t, f"the agent on {m.label} did not start it within {self._start_timeout:g} s{where}")
         except _StartFailed as e:
             raise ServiceError(f"trial {spec.trial_id} could not start on {m.label}: {e}",
                                "check trialCommand and that the code directory is usable on the worker") from None
-        if started is None:  # its host was lost meanwhile
-            return None
+        if started is None:  # its host was lost, or its agent replaced, meanwhile
+            return self._requeue_unstarted(t, t.unstarted or f"{m.label} went away")
         t.started = None
+        self._health.ok(m.label)
         return replace(started, output_dir=f"{m.key}:{out}", environment_id=t.env.env_id if t.env else "",
                        gpus=alloc.indices or None)
+
+    def _requeue_unstarted(self, t: _Trial, why: str) -> Started | None:
+        """A trial that did not start on its machine goes back to the queue (counted: a Requeued event with the
+        reason), whatever lostHostPolicy says; the machine backs off if it is still there (nnix.services.health).
+        Returns None (what submit returns: not started).
+        Never an experiment error: that is for when no machine can run anything (see submit)."""
+        self._drop_trial(t)
+        m = t.machine
+        note = ""
+        if m.state == "ready" and not self._closing:
+            note = f"; {m.label} gets no trial for {self._health.failed(m.label, why):g} s"
+        log.warning("trial %s did not start: %s%s", t.trial_id, why, note)
+        self._emit(Requeued(t.trial_id, f"did not start: {why}; back to the queue"))
+        self._reason = why + note
+        return None
 
     def _drop_trial(self, t: _Trial) -> None:
         self._trials.pop(t.trial_id, None)
