@@ -187,6 +187,7 @@ class Progress:
         self._last_t = 0.0
         self._last_scan = 0.0
         self._live: Any = None
+        self._console: Any = None
         self._ended: set[str] = set()
         self._reasons: dict[str, int] = {}
         self._error_shown = ""
@@ -210,17 +211,19 @@ class Progress:
             from rich.console import Console
             from rich.live import Live
 
-            self._live = Live(self._render(), console=Console(highlight=False), refresh_per_second=4,
-                              transient=False)
+            # the console first: the first render already has its width (a render without one is the full,
+            # uncut line, which the terminal would show until the first refresh, or mixed with later output)
+            self._console = Console(highlight=False)
+            self._live = Live(self._render(), console=self._console, refresh_per_second=4, transient=False)
             self._live.start()
 
     def _width(self) -> int | None:
-        return int(self._live.console.width) if self._live is not None else None
+        return int(self._console.width) if self._console is not None else None
 
     def _render(self) -> Any:
         from rich.text import Text
 
-        width = self._live.console.width if self._live is not None else None
+        width = self._width()
         text = Text(progress_line(self.manager.state, time.time(), width), no_wrap=True, overflow="ellipsis")
         top = sorted(self._reasons.items(), key=lambda kv: -kv[1])[:3]
         if not top:
