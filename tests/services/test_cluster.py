@@ -12,26 +12,30 @@ from typing import Any
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import read_state
 from nnix.testing.cluster import ProcessClusterService, ProcessLauncher
-from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.experiments import detach_when, make_experiment, run_experiment
 
 SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.1, "end_grace": 0.3, "poll_interval": 0.05, "kill_grace": 1.0,
                         "backoff_min": 0.1}
 
 
-def _trial(code: Path, steps: int = 3, step_s: float = 0.05) -> None:
+def _trial(code: Path, steps: int = 3, step_s: float = 0.05, gate: tuple[int, Path] | None = None) -> None:
+    """A trial reporting ``steps`` intermediate results; with ``gate=(step, path)`` it waits after that step
+    until ``path`` exists."""
     code.mkdir(parents=True, exist_ok=True)
+    wait = (f"    if i == {gate[0]}:\n        while not os.path.exists({str(gate[1])!r}):\n"
+            "            time.sleep(0.02)\n" if gate else "")
     (code / "trial.py").write_text(
-        "import time, nni\np = nni.get_next_parameter()\n"
-        f"for i in range({steps}):\n    nni.report_intermediate_result(i)\n    time.sleep({step_s})\n"
+        "import os, time, nni\np = nni.get_next_parameter()\n"
+        f"for i in range({steps}):\n    nni.report_intermediate_result(i)\n    time.sleep({step_s})\n{wait}"
         "nni.report_final_result(p['x'])\n"
     )
 
 
 def _experiment(tmp_path: Path, *, steps: int = 3, step_s: float = 0.05, concurrency: int = 2, trials: int = 4,
-                reuse: bool = True, idle: int = 60) -> Path:
+                reuse: bool = True, idle: int = 60, gate: tuple[int, Path] | None = None) -> Path:
     code = tmp_path / "code"
-    _trial(code, steps, step_s)
+    _trial(code, steps, step_s, gate)
     _, exp_dir = make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py",
                                  trialConcurrency=concurrency, maxTrialNumber=trials,
                                  trainingService={"platform": "slurm", "reuseMode": reuse, "idleTimeout": idle})
@@ -145,12 +149,17 @@ def test_idle_environments_are_stopped(tmp_path: Path) -> None:
 
 def test_a_detached_manager_is_resumed_and_reattaches_running_trials(tmp_path: Path) -> None:
     launcher = ProcessLauncher()
-    exp_dir = _experiment(tmp_path, concurrency=2, trials=2, steps=30, step_s=0.1)
-    # the manager goes away mid-run (wait_for cancels it): its environments keep running the trials
-    try:
-        _run(exp_dir, launcher, timeout=2.0)
-    except TimeoutError:
-        pass
+    gate = tmp_path / "go-on"
+    exp_dir = _experiment(tmp_path, concurrency=2, trials=2, steps=30, step_s=0.02, gate=(5, gate))
+
+    def both_running() -> bool:
+        trials = read_state(exp_dir).trials.values()
+        return len(trials) == 2 and all(t.status is TrialStatus.RUNNING and t.intermediate for t in trials)
+
+    # the manager goes away mid-run (its task is cancelled): its environments keep running the trials,
+    # which wait at step 5 until the manager is gone (no wall-time race)
+    detach_when(exp_dir, both_running, service_class=ProcessClusterService, launcher=launcher, **FAST)
+    gate.touch()
     st = read_state(exp_dir)
     assert [t.status for t in st.trials.values()] == [TrialStatus.RUNNING] * 2
     assert len(_alive(launcher)) == 2

@@ -134,3 +134,31 @@ def test_a_full_store_raises_store_full_error(tmp_path: Path) -> None:
         for i in range(1000):
             s.append([TrialCreated(f"t{i}", i, i, {"x": "y" * 500})])
     s.close()
+
+
+def test_a_store_held_open_here_is_never_opened_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing any descriptor of an SQLite file drops the POSIX locks of every connection of the process to
+    it: re-checking (open + close) a store this process holds would expose it to corruption by others."""
+    import builtins
+
+    from nnix.store import sqlite as mod
+
+    path = tmp_path / "s.sqlite"
+    held = SqliteStore(path)
+    held.append([StatusChanged(ExperimentStatus.RUNNING)])
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(file: object, *args: object, **kwargs: object) -> object:
+        opened.append(os.fspath(file))  # type: ignore[arg-type]
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(builtins, "open", spy)
+    second = SqliteStore(path, create=False)  # a reader in the same process (read_state of its own experiment)
+    assert len(second.read()) == 1
+    second.close()
+    mod.check_store_file(path)
+    assert str(path) not in opened
+    held.close()
+    mod.check_store_file(path)  # no longer held: checked by hand again
+    assert opened.count(str(path)) == 1

@@ -22,6 +22,7 @@ contact (its trials keep running), 1 anything else.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import http.client
 import json
@@ -61,6 +62,11 @@ log = logging.getLogger("nnix.agent")
 
 EXIT_OK, EXIT_ERROR, EXIT_TOKEN, EXIT_VERSION, EXIT_GAVE_UP = 0, 1, 2, 3, 4
 MAX_BATCH = 500
+# Metrics and exits a manager acknowledged in the last RECENT_S seconds before the connection was lost are
+# sent again on reconnect (at most RECENT_MAX of them): a manager killed right after acknowledging them may
+# not have written them yet. A manager that did write them skips them (same seq, or the same channel line).
+RECENT_S = 10.0
+RECENT_MAX = 5000
 
 
 @dataclass(frozen=True)
@@ -203,6 +209,7 @@ class AgentClient:
         self._instance = secrets.token_hex(8)
         self._seq = 0
         self._outbox: list[dict[str, Any]] = []
+        self._recent: collections.deque[tuple[float, dict[str, Any]]] = collections.deque(maxlen=RECENT_MAX)
         self._unreported: set[str] = set()  # trials whose Exited is not yet acknowledged
         self._commands = TrialCommands(self._runner)
         self._seen = self._commands.seen
@@ -235,13 +242,28 @@ class AgentClient:
 
     def _acked(self, acked: int) -> None:
         keep = []
+        now = time.monotonic()
+        while self._recent and self._recent[0][0] < now - RECENT_S:  # the manager is alive: written by now
+            self._recent.popleft()
         for env in self._outbox:
             if env["seq"] > acked:
                 keep.append(env)
-            elif env["type"] == "exited":
+                continue
+            if env["type"] == "exited":
                 self._unreported.discard(env["body"]["trial_id"])
+            if env["type"] in ("metrics", "exited"):
+                self._recent.append((now, env))
         self._outbox = keep
         self._check_single_done()
+
+    def _send_recent_again(self) -> None:
+        """On reconnect: what was acknowledged just before the connection was lost goes out again."""
+        if not self._recent:
+            return
+        again = [env for _, env in self._recent]
+        self._recent.clear()
+        seqs = {env["seq"] for env in self._outbox}
+        self._outbox = sorted([env for env in again if env["seq"] not in seqs] + self._outbox, key=lambda e: e["seq"])
 
     def _check_single_done(self) -> None:
         if self._single and self._seen and not self._runner.running and not self._outbox:
@@ -347,6 +369,7 @@ class AgentClient:
         res = await asyncio.to_thread(self._resources)
         running = sorted(set(self._runner.running) | self._unreported)
         hello = Hello(settings.environment_id, self._version, res, running, self._instance)
+        self._send_recent_again()
         http = _Http()
         try:
             answer = await self._call(http, settings, "POST", "/hello", encode(hello, 0), self._timeout)

@@ -5,10 +5,13 @@ subprocess loop), so local and remote trials are started, attached and killed by
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from nnix.agent.protocol import Attach, Kill, Run
 from nnix.agent.runner import CHANNEL_DIRNAME, Started, TrialRunner
+
+_log = logging.getLogger("nnix.agent")
 
 __all__ = ["TrialCommands"]
 
@@ -29,6 +32,7 @@ class TrialCommands:
                 await self.runner.attach(command.trial_id, Path(command.output_dir), command.pid,
                                          command.pid_start, command.after_index)
             else:  # already watched: the manager says what it has; send again what it misses
+                _log.info("trial %s: sending again its metrics after line %d", command.trial_id, command.after_index)
                 self.runner.resend(command.trial_id, command.after_index)
             return None
         await self.runner.kill(command.trial_id)

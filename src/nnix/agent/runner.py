@@ -223,6 +223,9 @@ class TrialRunner:
         self._grace = kill_grace
         self._shell = shell
         self._running: dict[str, _Running] = {}
+        # trials that ended here: their metric channel and how many lines were sent, so that lines an
+        # earlier (killed) manager acknowledged but never recorded can still be sent again (resend)
+        self._ended: dict[str, tuple[Path, int]] = {}
 
     @property
     def running(self) -> list[str]:
@@ -288,17 +291,20 @@ class TrialRunner:
         """Emit again the metrics of a watched trial after channel line ``after_index`` that were already
         sent (a manager that crashed may have acknowledged lines it never recorded)."""
         run = self._running.get(trial_id)
-        if run is None:
+        if run is not None:
+            path, done = run.reader.path, run.reader.line_index
+        elif trial_id in self._ended:  # ended here: its lines were all sent, its exit too
+            path, done = self._ended[trial_id]
+        else:
             return
-        done = run.reader.line_index
-        reader = MetricReader(run.reader.path)
+        reader = MetricReader(path)
         items: list[tuple[int, dict[str, Any]]] = []
         while reader.line_index < done:
-            items += [(i, m) for i, m in reader.read_new() if after_index < i < done]
+            items += [(i, m) for i, m in reader.read_new(final=True) if after_index < i < done]
             if reader.at_eof:
                 break
         if items:
-            self._emit(Metrics(run.spec_id, items))
+            self._emit(Metrics(trial_id, items))
 
     async def kill(self, trial_id: str) -> None:
         """SIGTERM the trial's process group and every other process of the trial (its containment),
@@ -432,6 +438,7 @@ class TrialRunner:
         leftovers = await self._cleanup(run)
         self._drain(run, final=True)
         self._running.pop(run.spec_id, None)
+        self._ended[run.spec_id] = (run.reader.path, run.reader.line_index)
         if code < 0:
             self._emit(Exited(run.spec_id, None, -code, stderr_tail(run.output_dir), leftovers=leftovers))
         else:
@@ -444,6 +451,7 @@ class TrialRunner:
         leftovers = await self._cleanup(run)
         self._drain(run, final=True)
         self._running.pop(run.spec_id, None)
+        self._ended[run.spec_id] = (run.reader.path, run.reader.line_index)
         code = read_exit_code(run.output_dir / CHANNEL_DIRNAME)
         self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "", leftovers=leftovers))
 

@@ -1002,10 +1002,23 @@ class RemoteService:
             t = self._trials.get(tid)
             if t is not None and t.machine is env.machine:
                 if t.env is None:
-                    t.env = env
-                    env.trials.add(tid)
+                    if env.adopted:
+                        self._bind(t, env)
+                    else:
+                        t.env = env
+                        env.trials.add(tid)
             elif t is None and self._settled:
                 self._kill_stray(env, tid)
+
+    def _bind(self, t: _Trial, env: _Env) -> None:
+        """A trial of an earlier manager found in an agent it left running: the agent sends again any
+        metrics after the last one recorded (the earlier manager may have acknowledged lines it never
+        recorded before it was killed)."""
+        t.env = env
+        env.trials.add(t.trial_id)
+        log.info("trial %s: taken over with agent %s of the earlier manager (metrics after line %d sent again)",
+                 t.trial_id, env.env_id, t.last_index)
+        env.endpoint.send(Attach(t.trial_id, t.output_dir, t.pid, t.pid_start, t.last_index))
 
     def on_refused(self, environment_id: str, reason: str) -> None:
         env = self._envs.get(environment_id)
@@ -1034,8 +1047,11 @@ class RemoteService:
         if t.machine is not env.machine:
             return
         if t.env is None:
-            t.env = env
-            env.trials.add(t.trial_id)
+            if env.adopted:  # an earlier manager's agent speaks first: it sends again what the store lacks
+                self._bind(t, env)
+            else:
+                t.env = env
+                env.trials.add(t.trial_id)
         if t.env is not env:
             return  # a replaced agent still talking about a trial another agent now watches
         if isinstance(message, Started):
@@ -1216,8 +1232,7 @@ class RemoteService:
             m.gpus.restore(trial_id, gpus)
         for env in m.live_envs():
             if trial_id in env.claims:
-                t.env = env
-                env.trials.add(trial_id)
+                self._bind(t, env)
                 break
         early, self._early = self._early, []
         for env, msg in early:

@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -54,10 +55,37 @@ def _wal_has_frames(path: Path) -> bool:
         return False
 
 
+# Stores this process holds open (real path -> count). SQLite's locks are POSIX advisory locks, which the
+# kernel drops for the whole process when *any* descriptor of the file is closed: reading the header of a
+# store that a connection of this process holds (a manager listing experiments, its own among them) would
+# silently take that connection's locks away, and another process could then corrupt it. So a store held
+# open here is not read by hand: it was checked when it was opened.
+_held: dict[str, int] = {}
+_held_lock = threading.Lock()
+
+
+def _hold(path: Path, delta: int) -> None:
+    key = os.path.realpath(path)
+    with _held_lock:
+        n = _held.get(key, 0) + delta
+        if n > 0:
+            _held[key] = n
+        else:
+            _held.pop(key, None)
+
+
+def _is_held(path: Path) -> bool:
+    with _held_lock:
+        return os.path.realpath(path) in _held
+
+
 def check_store_file(path: Path) -> None:
     """Raise a clear :class:`StoreError` unless ``path`` exists and looks like an SQLite database that is
     whole: not empty, SQLite's header, and (when no write-ahead log holds newer pages) not shorter than
-    its header says. Reads only: nothing is written to a file that fails."""
+    its header says. Reads only: nothing is written to a file that fails. A store this process holds open
+    is not read again (closing a descriptor would drop its connection's locks; see ``_held``)."""
+    if _is_held(path):
+        return
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -152,6 +180,8 @@ class SqliteStore:
             if isinstance(e, StoreError):
                 raise
             raise store_error(e, self.path, "open") from e
+        _hold(self.path, +1)
+        self._held = True
 
     def append(self, events: Sequence[Event]) -> list[Stored]:
         if not events:
@@ -218,3 +248,6 @@ class SqliteStore:
 
     def close(self) -> None:
         self._db.close()
+        if self._held:
+            self._held = False
+            _hold(self.path, -1)
