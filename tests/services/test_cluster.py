@@ -181,3 +181,26 @@ def test_a_detached_manager_is_resumed_and_reattaches_running_trials(tmp_path: P
         assert t.status is TrialStatus.SUCCEEDED, t.message
         assert [m.sequence for m in t.intermediate] == list(range(30))  # nothing lost, nothing twice
     assert len(launcher.launched) == 2, (launcher.launched, launcher.reasons)  # taken over, not restarted
+
+
+def test_an_environment_with_capacity_runs_several_trials_at_once(tmp_path: Path) -> None:
+    """Launcher ``capacity`` 2: one environment takes both trials of concurrency 2, at the same time."""
+    launcher = ProcessLauncher(capacity=2)
+    gate = tmp_path / "go-on"
+    exp_dir = _experiment(tmp_path, concurrency=2, trials=4, gate=(1, gate))
+    result: dict[str, Any] = {}
+    th = _in_background(lambda: result.setdefault("st", _run(exp_dir, launcher)))
+    deadline = time.monotonic() + 60
+    while True:  # both first trials wait at step 1 in their environment: they run at once
+        running = [t for t in read_state(exp_dir).trials.values() if t.status is TrialStatus.RUNNING]
+        if len(running) == 2:
+            break
+        assert time.monotonic() < deadline, "two trials never ran at once"
+        time.sleep(0.05)
+    assert running[0].environment_id == running[1].environment_id
+    gate.touch()
+    th.join(60)
+    st = result["st"]
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4
+    assert len(launcher.launched) == 1  # one environment for concurrency 2
+    assert len({t.environment_id for t in st.trials.values()}) == 1

@@ -26,22 +26,22 @@ import os
 import secrets
 import signal
 import socket
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from nnix.agent.protocol import Hello, Shutdown
+from nnix.agent.protocol import Hello
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer
 from nnix.services.base import CapacityChanged, ServiceContext
-from nnix.services.fleet import Fleet, FleetEnv, FleetTrial, StartFailed
-from nnix.services.health import HostHealth
+from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
+
     from nnix.config import ExperimentConfig
 
 __all__ = ["ClusterService", "EnvRequest", "EnvStatus", "Launcher", "SharedStorageLayout"]
@@ -118,7 +118,11 @@ class Launcher(Protocol):
 
     Optional attribute ``shares_files: bool`` (default True): the trials' output directories are on storage
     the manager reads (``output_location`` is a path here). False: agents stream each trial's stdout and
-    stderr, and the manager keeps a copy (:mod:`nnix.services.mirror`)."""
+    stderr, and the manager keeps a copy (:mod:`nnix.services.mirror`).
+
+    Optional attribute ``capacity: int`` (default 1): how many trials one environment runs at once in reuse
+    mode (an environment with the resources of several trials: a whole node, a machine); non-reuse
+    environments always run one."""
 
     async def prepare(self) -> None: ...
 
@@ -226,17 +230,10 @@ class ClusterService(Fleet[_Env, _Trial]):
         trial_gpu_number: int | None = None,
         max_environments: int | None = None,
         lost_timeout: float = 60.0,
-        start_timeout: float = 60.0,
-        give_up_after: float | None = None,
-        backoff_min: float = 1.0,
-        backoff_max: float = 30.0,
         engine_poll_interval: float = 2.0,
         end_grace: float = 3.0,
-        agent_request_timeout: float = 10.0,
-        poll_interval: float = 0.25,
-        kill_grace: float = 5.0,
         port: int = 0,
-        clock: Callable[[], float] = time.monotonic,
+        **agent: Unpack[AgentOptions],
     ) -> None:
         self.launcher = launcher
         self._context = context
@@ -245,33 +242,23 @@ class ClusterService(Fleet[_Env, _Trial]):
         self._advertise = advertise_host
         self._trial_gpu_number = trial_gpu_number
         self._max_envs = max_environments
-        self._lost_after = float(lost_timeout)
-        self._start_timeout = float(start_timeout)
         self._engine_poll = float(engine_poll_interval)
         self._end_grace = float(end_grace)
-        self._agent_options: tuple[str, ...] = (
-            "--request-timeout", f"{agent_request_timeout:g}", "--poll-interval", f"{poll_interval:g}",
-            "--kill-grace", f"{kill_grace:g}",
-        )
         self._shared = bool(getattr(launcher, "shares_files", True))
+        self._capacity = max(1, int(getattr(launcher, "capacity", 1))) if reuse else 1
+        # failed starts (environments that die before their agent connects, agents that do not start a trial in
+        # time) and when to give up: the policy shared with the SSH service (nnix.services.health). The engine is
+        # one "host"; three failed starts in a row, or failing for lost_timeout, stop the experiment
+        self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None and not self._shared
+                         else None, hosts=[self.platform], lost_after=lost_timeout, max_failures=3,
+                         noun=f"{self.platform} environment", **agent)
         if self._shared:  # the manager reads trial files where they are: no copy streamed
             self._agent_options = (*self._agent_options, "--no-output-stream")
-        self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None and not self._shared
-                         else None)
-        self._kill_grace = kill_grace
         self._port = port
-        self._clock = clock
         self._server: AgentServer | None = None
         self._url = ""
         self._demand = 0
         self._fatal: ServiceError | None = None
-        # failed starts (environments that die before their agent connects, agents that do not start a trial in
-        # time) and when to give up: the policy shared with the SSH service (nnix.services.health). The engine is
-        # one "host"; three failed starts in a row, or failing for lost_timeout, stop the experiment
-        self._health = HostHealth(
-            [self.platform], give_up_after=give_up_after if give_up_after is not None else max(
-                self._lost_after, self._start_timeout), backoff_min=backoff_min, backoff_max=backoff_max,
-            max_failures=3, noun=f"{self.platform} environment", clock=clock)
         self._counter = 0
         self._settle_deadline = 0.0
         self._settled = True  # until start finds environments of an earlier manager
@@ -339,7 +326,7 @@ class ClusterService(Fleet[_Env, _Trial]):
         bind = "127.0.0.1" if _is_loopback(advertise) else "0.0.0.0"  # agents authenticate by token
         saved = self._load()
         port = self._port or int(saved.get("port") or 0)
-        heartbeat = max(0.2, min(5.0, self._lost_after / 4))
+        heartbeat = self._heartbeat_every
         self._server = AgentServer(host=bind, port=port, heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
         try:
             await self._server.start()
@@ -379,8 +366,7 @@ class ClusterService(Fleet[_Env, _Trial]):
                 continue
             if env.trials and not kill_trials:
                 continue  # keeps running: a resumed manager takes it over
-            env.stopping = True
-            env.endpoint.send(Shutdown("the experiment's manager is closing", kill_trials=True))
+            self._shutdown(env, "the experiment's manager is closing", kill_trials=True)
             for tid in env.trials:
                 t = self._trials.get(tid)
                 if t is not None:
@@ -388,8 +374,7 @@ class ClusterService(Fleet[_Env, _Trial]):
             stops.append(env)
         if stops:
             deadline = self._clock() + (self._kill_grace + 2.0 if kill_trials else 1.0)
-            while self._clock() < deadline and any(e.endpoint.delivered_command < e.endpoint.next_command - 1
-                                                   for e in stops if e.state == "ready"):
+            while self._clock() < deadline and any(not e.shutdown_delivered() for e in stops if e.state == "ready"):
                 await asyncio.sleep(0.05)
         await asyncio.gather(*(self._stop_env(e, "the experiment's manager is closing") for e in stops),
                              return_exceptions=True)
@@ -415,13 +400,9 @@ class ClusterService(Fleet[_Env, _Trial]):
         if self._server is not None:
             self._server.retire(env.env_id, why)
         for tid in sorted(env.trials):
-            t = self._trials.pop(tid, None)
-            if t is not None:
-                msg = f"its {self.platform} environment {env.handle or env.env_id} ended: {why}"
-                if t.started is not None and not t.started.done():
-                    t.started.set_exception(StartFailed(msg))
-                else:
-                    self._emit(Exited(t.trial_id, None, None, "", msg))
+            t = self._trials.get(tid)
+            if t is not None:  # one still starting waits for another environment (submit)
+                self._write_off(t, f"its {self.platform} environment {env.handle or env.env_id} ended: {why}")
         env.trials.clear()
         if not self._closing:
             self._save()
@@ -434,15 +415,21 @@ class ClusterService(Fleet[_Env, _Trial]):
     def _live(self) -> list[_Env]:
         return [e for e in self._envs.values() if e.state != "ended" and not e.stopping]
 
+    def _slots(self, env: _Env) -> int:
+        """How many more trials ``env`` can take (its capacity, less what it runs)."""
+        if env.stopping or env.state == "ended" or (env.single and env.used):
+            return 0
+        return max(0, self._capacity - len(env.trials))
+
     def _free(self, env: _Env) -> bool:
-        return not env.trials and not (env.single and env.used) and not env.stopping and env.state != "ended"
+        return self._slots(env) > 0
 
     def _ensure_envs(self) -> None:
         if self._closing or self._fatal is not None or not self._health.usable(self.platform):
             return
         live = self._live()
-        coming = [e for e in live if self._free(e)]
-        want = max(self._demand, 1) - len(coming)
+        coming = sum(self._slots(e) for e in live)
+        want = -(-(max(self._demand, 1) - coming) // self._capacity)  # environments, rounded up
         if self._max_envs is not None:
             want = min(want, self._max_envs - len(live))
         for _ in range(max(0, want)):
@@ -533,11 +520,11 @@ class ClusterService(Fleet[_Env, _Trial]):
                 log.warning("%s environment %s (%s) silent for %.0f s: stopping it", self.platform, env.env_id,
                             env.handle, now - seen)
                 self._spawn(self._stop_env(env, f"its agent was silent for {now - seen:.0f} s"))
-            elif self._free(env) and env.idle_since is not None and self._demand == 0 and (
+            elif not env.trials and env.idle_since is not None and self._demand == 0 and (
                     now - env.idle_since > self._idle_timeout):
                 log.info("%s environment %s idle for %.0f s: stopping it", self.platform, env.env_id,
                          now - env.idle_since)
-                env.endpoint.send(Shutdown("idle", kill_trials=False))
+                self._shutdown(env, "idle")
                 self._spawn(self._stop_env(env, "idle"))
         if self._settle_deadline and now >= self._settle_deadline:
             self._settle()
@@ -583,7 +570,8 @@ class ClusterService(Fleet[_Env, _Trial]):
         return True
 
     def _trial_left(self, t: _Trial, env: _Env) -> None:
-        env.idle_since = self._clock()
+        if not env.trials:
+            env.idle_since = self._clock()
         if env.single:
             env.stopping = True  # its agent exits by itself; the engine job ends with it
 
@@ -633,11 +621,10 @@ class ClusterService(Fleet[_Env, _Trial]):
         except StartFailed as e:
             self._trials.pop(spec.trial_id, None)
             env.trials.discard(spec.trial_id)
-            if env.state == "ended":  # the environment died under it: the trial waits for another one
-                return self._requeue_unstarted(spec.trial_id, str(e))
             raise ServiceError(f"trial {spec.trial_id} could not start in {self.platform} environment "
                                f"{env.handle}: {e}", "check trialCommand and the code directory") from None
-        assert started is not None  # nothing resolves a cluster trial's start with None
+        if started is None:  # the environment died under it: the trial waits for another one
+            return self._requeue_unstarted(spec.trial_id, t.unstarted)
         t.started = None
         self._reason = ""
         self._demand = max(0, self._demand - 1)

@@ -16,7 +16,10 @@ both registries and implements, once, what follows from the agent protocol (:mod
   that trial is kept, and replayed by ``_adopt_trial``; ``_settle`` ends the buffering, kills strays in
   adopted environments and retires the ones left with nothing to watch;
 * the start handshake (``_handshake``: ``Run``, then the agent's ``Started`` or exit within the start
-  timeout), ``cancel``, and the requeue of a trial that did not start (``_requeue``).
+  timeout), ``cancel``, the requeue of a trial that did not start (``_requeue``), and what a lost environment or
+  host means for its trials (``_write_off``: not started, back to the queue; started, the lost-host policy);
+* ``_shutdown`` (and whether the agent got it), the agent options and the health policy
+  (:mod:`nnix.services.health`) built from one set of timing options (:class:`AgentOptions`).
 
 What differs between services stays in hooks: ``_env_gone`` (the environment can no longer run anything),
 ``_may_host`` (placement: a trial of machine A is never watched by an agent on machine B), ``_greeted`` /
@@ -28,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
-from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run
+from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run, Shutdown
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceUnavailableError
@@ -40,7 +44,10 @@ from nnix.services.agent_server import Endpoint
 from nnix.services.health import HostHealth
 from nnix.services.mirror import OutputMirror
 
-__all__ = ["Fleet", "FleetEnv", "FleetTrial", "StartFailed"]
+if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
+
+__all__ = ["AgentOptions", "Fleet", "FleetEnv", "FleetTrial", "StartFailed"]
 
 log = logging.getLogger("nnix.services.fleet")
 
@@ -61,6 +68,11 @@ class FleetEnv:
     used: bool = False  # it was given a trial
     claims: list[str] = field(default_factory=list)  # the trials it said it runs (its last hello)
     trials: set[str] = field(default_factory=set)  # the trials it watches for this manager
+    shutdown_seq: int = 0  # the command that told it to shut down (0: none)
+
+    def shutdown_delivered(self) -> bool:
+        """Whether its agent was handed the shutdown (it polled it); True when none was sent."""
+        return self.endpoint.delivered_command >= self.shutdown_seq
 
 
 _EnvT = TypeVar("_EnvT", bound=FleetEnv)
@@ -84,6 +96,22 @@ class FleetTrial(Generic[_EnvT]):
     held_at: float = 0.0
 
 
+class AgentOptions(TypedDict, total=False):
+    """The timing options every fleet takes (as keyword arguments; tests shorten them)."""
+
+    start_timeout: float
+    """Seconds an agent has to connect back, and to start a trial it was handed (default 60)."""
+    give_up_after: float | None
+    """Seconds every host may fail before the experiment stops (default: the lost timeout, at least
+    ``start_timeout``; see nnix.services.health)."""
+    backoff_min: float
+    backoff_max: float
+    agent_request_timeout: float
+    poll_interval: float
+    kill_grace: float
+    clock: Callable[[], float]
+
+
 E = TypeVar("E", bound=FleetEnv)
 T = TypeVar("T", bound=FleetTrial[Any])
 
@@ -93,12 +121,37 @@ class Fleet(Generic[E, T]):
     from its ``__init__`` and overrides the hooks it needs."""
 
     platform: str
-    _emit: Callable[[RunnerEvent], None]
-    _health: HostHealth
-    _start_timeout: float
 
-    def _init_fleet(self, emit: Callable[[RunnerEvent], None], mirror: OutputMirror | None) -> None:
+    def _init_fleet(
+        self,
+        emit: Callable[[RunnerEvent], None],
+        mirror: OutputMirror | None,
+        *,
+        hosts: Sequence[str],
+        lost_after: float,
+        max_failures: int | None = None,
+        noun: str = "host",
+        **options: Unpack[AgentOptions],
+    ) -> None:
+        """``hosts``: the names the health policy (nnix.services.health) keeps apart; ``lost_after``: seconds
+        of silence after which an agent (or host) is lost."""
+        unknown = sorted(set(options) - set(AgentOptions.__annotations__))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {unknown}")
         self._emit = emit
+        self._lost_after = float(lost_after)
+        self._start_timeout = float(options.get("start_timeout", 60.0))
+        self._kill_grace = float(options.get("kill_grace", 5.0))
+        self._clock: Callable[[], float] = options.get("clock", time.monotonic)
+        self._agent_options: tuple[str, ...] = (
+            "--request-timeout", f"{options.get('agent_request_timeout', 10.0):g}",
+            "--poll-interval", f"{options.get('poll_interval', 0.25):g}", "--kill-grace", f"{self._kill_grace:g}",
+        )
+        give_up = options.get("give_up_after")
+        self._health = HostHealth(
+            hosts, give_up_after=give_up if give_up is not None else max(self._lost_after, self._start_timeout),
+            backoff_min=options.get("backoff_min", 1.0), backoff_max=options.get("backoff_max", 30.0),
+            max_failures=max_failures, noun=noun, clock=self._clock)
         self._mirror = mirror
         self._envs: dict[str, E] = {}
         self._trials: dict[str, T] = {}
@@ -107,6 +160,11 @@ class Fleet(Generic[E, T]):
         self._closing = False
         self._reason = ""
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def _heartbeat_every(self) -> float:
+        """How often agents must show a sign of life (the agent endpoint's heartbeat)."""
+        return max(0.2, min(5.0, self._lost_after / 4))
 
     # --- hooks -------------------------------------------------------------------------------------
     def _env_gone(self, env: E) -> bool:
@@ -163,6 +221,12 @@ class Fleet(Generic[E, T]):
         log.info("trial %s: taken over with %s agent %s of the earlier manager (metrics after line %d sent again)",
                  t.trial_id, self.platform, env.env_id, t.last_index)
         env.endpoint.send(Attach(t.trial_id, t.location, t.pid, t.pid_start, t.last_index))
+
+    def _shutdown(self, env: E, reason: str, kill_trials: bool = False) -> None:
+        """Tell ``env``'s agent to exit (killing its trials, or leaving them running for a later manager); it
+        takes no trial from now on."""
+        env.stopping = True
+        env.shutdown_seq = env.endpoint.send(Shutdown(reason, kill_trials=kill_trials))
 
     def _kill_stray(self, env: E, trial_id: str) -> None:
         log.warning("%s agent %s runs trial %s, which this experiment no longer expects there: killing it",
@@ -232,6 +296,23 @@ class Fleet(Generic[E, T]):
                                                             message.message)))
         else:
             self._emit(message)
+
+    def _write_off(self, t: T, why: str, policy: Literal["fail", "requeue"] | None = None) -> None:
+        """``t`` can no longer be watched: its environment ended, or its host was lost. Not started yet: its
+        start handshake ends with None (``t.unstarted`` says why) and ``submit`` requeues it, whatever the
+        policy (it never ran). Started: the lost-host policy; ``requeue`` sends it back to the queue, ``fail``
+        ends it with ``why`` (None: no policy to name, as with a cluster engine that ended the environment)."""
+        self._trials.pop(t.trial_id, None)
+        if t.env is not None:
+            t.env.trials.discard(t.trial_id)
+        if t.started is not None and not t.started.done():
+            t.unstarted = why
+            t.started.set_result(None)
+        elif policy == "requeue":
+            self._emit(Requeued(t.trial_id, f"{why}; re-queued (lostHostPolicy: requeue)"))
+        else:
+            self._emit(Exited(t.trial_id, None, None, "",
+                              why if policy is None else f"{why} (lostHostPolicy: {policy})"))
 
     # --- start, cancel, requeue --------------------------------------------------------------------
     def _give_up_if_hopeless(self, hint: str) -> None:

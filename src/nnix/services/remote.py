@@ -62,7 +62,6 @@ import logging
 import re
 import secrets
 import shlex
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -71,18 +70,19 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import asyncssh
 
 from nnix import __version__
-from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Shutdown
-from nnix.agent.runner import Exited, Requeued, RunnerEvent, Started, TrialSpec
+from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill
+from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import GpuUnavailableError, ServiceError
 from nnix.services.agent_server import AgentServer
 from nnix.services.base import ServiceContext
-from nnix.services.fleet import Fleet, FleetEnv, FleetTrial, StartFailed
+from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.gpu import GpuInfo, GpuScheduler
-from nnix.services.health import HostHealth
 from nnix.services.mirror import OutputMirror
 from nnix.services.packing import CodeArchive, build_wheels, pack_code
 
 if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
+
     from nnix.config import ExperimentConfig, RemoteConfig, RemoteMachineConfig
 
 __all__ = ["HostError", "RemoteService"]
@@ -132,7 +132,6 @@ class _Env(FleetEnv):
     pid: int | None = None
     draining: bool = False  # takes no new trial
     dead: bool = False
-    shutdown_seq: int = 0
     refused: str | None = None
     hello: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -208,19 +207,11 @@ class RemoteService(Fleet[_Env, _Trial]):
         lost_host_policy: Literal["fail", "requeue"] = "fail",
         lost_host_timeout: float = 60.0,
         connect_timeout: float = 10.0,
-        start_timeout: float = 60.0,
-        give_up_after: float | None = None,
-        backoff_min: float = 1.0,
-        backoff_max: float = 30.0,
         adopt_wait: float = 3.0,
-        agent_request_timeout: float = 10.0,
-        poll_interval: float = 0.25,
-        kill_grace: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
+        **agent: Unpack[AgentOptions],
     ) -> None:
         if not machines:
             raise ServiceError("machineList is empty", "list at least one SSH machine")
-        self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None else None)
         self._context = context
         self._code_dir = Path(code_dir)
         self._reuse = reuse
@@ -228,14 +219,8 @@ class RemoteService(Fleet[_Env, _Trial]):
         self._known_hosts = known_hosts_file or Path.home() / ".ssh" / "known_hosts"
         self._work_dir = remote_work_dir
         self._policy = lost_host_policy
-        self._lost_after = float(lost_host_timeout)
         self._connect_timeout = connect_timeout
-        self._start_timeout = start_timeout
         self._adopt_wait = adopt_wait
-        self._agent_timeout = agent_request_timeout
-        self._poll_interval = poll_interval
-        self._kill_grace = kill_grace
-        self._clock = clock
         self._machines: list[_Machine] = []
         for i, m in enumerate(machines):
             inv = _ReportedInventory()
@@ -246,10 +231,8 @@ class RemoteService(Fleet[_Env, _Trial]):
         self._by_key = {m.key: m for m in self._machines}
         # one policy for failed starts and lost hosts (nnix.services.health); giving up needs every machine
         # failing for lostHostTimeout, and never less than one agent start timeout
-        self._health = HostHealth(
-            [m.label for m in self._machines],
-            give_up_after=give_up_after if give_up_after is not None else max(self._lost_after, start_timeout),
-            backoff_min=backoff_min, backoff_max=backoff_max, clock=clock)
+        self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None else None,
+                         hosts=[m.label for m in self._machines], lost_after=lost_host_timeout, **agent)
         self._rr = 0
         self._server: AgentServer | None = None
         self._wheels: list[Path] = []
@@ -333,8 +316,7 @@ class RemoteService(Fleet[_Env, _Trial]):
         ssh_log = logging.getLogger("asyncssh")
         if ssh_log.level == logging.NOTSET:  # asyncssh logs every channel at INFO: keep its warnings only
             ssh_log.setLevel(logging.WARNING)
-        heartbeat = max(0.2, min(5.0, self._lost_after / 4))
-        self._server = AgentServer(heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
+        self._server = AgentServer(heartbeat=self._heartbeat_every, poll_wait=20.0, clock=self._clock)
         await self._server.start()
         try:
             await self._start_machines()
@@ -397,10 +379,6 @@ class RemoteService(Fleet[_Env, _Trial]):
         if self._server is not None:
             await self._server.close()
 
-    def _shutdown(self, env: _Env, reason: str, kill_trials: bool = False) -> None:
-        env.stopping = True
-        env.shutdown_seq = env.endpoint.send(Shutdown(reason, kill_trials=kill_trials))
-
     async def _wait_gone(self, env: _Env, timeout: float) -> None:
         """Until the agent exited (its SSH channel ended) or, for an agent taken over from an earlier
         manager (no channel), until it was handed its shutdown."""
@@ -409,7 +387,7 @@ class RemoteService(Fleet[_Env, _Trial]):
             if env.process is not None:
                 if env.process.exit_status is not None or env.process.exit_signal is not None or env.dead:
                     return
-            elif env.endpoint.delivered_command >= env.shutdown_seq:
+            elif env.shutdown_delivered():
                 return
             await asyncio.sleep(0.02)
 
@@ -740,8 +718,7 @@ class RemoteService(Fleet[_Env, _Trial]):
         await self._write_connect(m, env.dir, env_id, ep.token)
         args = [
             self._venv_python(m), "-m", "nnix.agent", "--connect-file", f"{env.dir}/agent.json",
-            "--request-timeout", f"{self._agent_timeout:g}", "--poll-interval", f"{self._poll_interval:g}",
-            "--kill-grace", f"{self._kill_grace:g}", *(["--single"] if single else []),
+            *self._agent_options, *(["--single"] if single else []),
         ]
         command = (f"cd {_q(m.code_dir)} && {self._path_prefix(m)}exec {' '.join(_q(a) for a in args)} "
                    f">> {_q(env.dir + '/agent.log')} 2>&1 < /dev/null")
@@ -937,17 +914,9 @@ class RemoteService(Fleet[_Env, _Trial]):
         trials = [t for t in self._trials.values() if t.machine is m]
         log.error("%s; lostHostPolicy %s applies to its trials %s", m.problem, self._policy,
                   sorted(t.trial_id for t in trials) or "(none)")
-        for t in trials:
-            del self._trials[t.trial_id]
+        for t in trials:  # one still starting goes back to the queue, for another machine (submit)
             m.gpus.release(t.trial_id)
-            if t.started is not None and not t.started.done():
-                t.unstarted = m.problem
-                t.started.set_result(None)  # still starting: back to the queue, for another machine (submit)
-                continue
-            if self._policy == "requeue":
-                self._emit(Requeued(t.trial_id, f"{m.problem}; re-queued (lostHostPolicy: requeue)"))
-            else:
-                self._emit(Exited(t.trial_id, None, None, "", f"{m.problem} (lostHostPolicy: fail)"))
+            self._write_off(t, m.problem, self._policy)
         for env in list(m.envs.values()):
             env.trials.clear()
             self._forget_env(env)

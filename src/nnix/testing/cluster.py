@@ -24,11 +24,13 @@ __all__ = ["ProcessClusterService", "ProcessLauncher"]
 class ProcessLauncher:
     """Environments as local processes. ``hold`` > 0: the first ``hold`` launches stay "pending" until
     :meth:`release` (an engine queue); ``refuse``: every launch raises (an engine rejecting the job);
-    ``broken``: environments start a command that is not the agent (it exits at once)."""
+    ``broken``: environments start a command that is not the agent (it exits at once); ``capacity``: trials
+    one environment runs at once (reuse mode)."""
 
     kind: str = "process"
     advertise_host: str | None = "127.0.0.1"
     refuse: str = ""
+    capacity: int = 1
     broken: bool = False
     launched: list[EnvRequest] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
