@@ -575,11 +575,9 @@ class ClusterService(Fleet[_Env, _Trial]):
         if env.single:
             env.stopping = True  # its agent exits by itself; the engine job ends with it
 
-    def on_refused(self, environment_id: str, reason: str) -> None:
-        env = self._envs.get(environment_id)
-        if env is not None:
-            self._fatal = ServiceError(f"the nnix agent in {self.platform} environment {env.handle} was refused: "
-                                       f"{reason}", "install the manager's nnix version in the environments")
+    def _refused(self, env: _Env, reason: str) -> None:
+        self._fatal = ServiceError(f"the nnix agent in {self.platform} environment {env.handle} was refused: "
+                                   f"{reason}", "install the manager's nnix version in the environments")
 
     # --- the TrainingService protocol ----------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:

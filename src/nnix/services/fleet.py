@@ -23,8 +23,8 @@ both registries and implements, once, what follows from the agent protocol (:mod
 
 What differs between services stays in hooks: ``_env_gone`` (the environment can no longer run anything),
 ``_may_host`` (placement: a trial of machine A is never watched by an agent on machine B), ``_greeted`` /
-``_hello_done`` (around the hello), ``_heartbeat``, ``_hold_exit``, ``_trial_left`` (resources freed) and
-``_retire_idle``.
+``_hello_done`` (around the hello), ``_heartbeat``, ``_refused``, ``_hold_exit``, ``_trial_left`` (resources
+freed) and ``_retire_idle``.
 """
 
 from __future__ import annotations
@@ -184,6 +184,10 @@ class Fleet(Generic[E, T]):
     def _heartbeat(self, env: E, beat: Heartbeat) -> None:
         """A heartbeat (with the host's resources)."""
 
+    def _refused(self, env: E, reason: str) -> None:
+        """The agent server refused ``env``'s agent (a version it cannot talk to)."""
+        log.error("the nnix agent of %s environment %s was refused: %s", self.platform, env.env_id, reason)
+
     def _hold_exit(self, trial: T, env: E, exited: Exited) -> bool:
         """Whether to keep a started trial's exit until the service knows better why it ended (then it calls
         :meth:`_exited` itself). ``cancel`` delivers a held exit at once."""
@@ -248,6 +252,11 @@ class Fleet(Generic[E, T]):
             elif t.env is None and self._may_host(t, env):
                 self._take(t, env)
         self._hello_done(env, hello)
+
+    def on_refused(self, environment_id: str, reason: str) -> None:
+        env = self._envs.get(environment_id)
+        if env is not None:
+            self._refused(env, reason)
 
     def on_message(self, environment_id: str, message: Message) -> None:
         env = self._envs.get(environment_id)

@@ -949,11 +949,9 @@ class RemoteService(Fleet[_Env, _Trial]):
     def _retire_idle(self, env: _Env) -> None:
         self._shutdown(env, "taken over; nothing left to watch")
 
-    def on_refused(self, environment_id: str, reason: str) -> None:
-        env = self._envs.get(environment_id)
-        if env is not None:
-            env.refused = reason
-            env.machine.problem = reason
+    def _refused(self, env: _Env, reason: str) -> None:
+        env.refused = reason
+        env.machine.problem = reason
 
     # --- the TrainingService protocol ------------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:
