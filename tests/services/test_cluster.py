@@ -204,3 +204,24 @@ def test_an_environment_with_capacity_runs_several_trials_at_once(tmp_path: Path
     assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4
     assert len(launcher.launched) == 1  # one environment for concurrency 2
     assert len({t.environment_id for t in st.trials.values()}) == 1
+
+
+def test_with_lost_policy_requeue_a_trial_whose_environment_ends_runs_again(tmp_path: Path) -> None:
+    launcher = ProcessLauncher(lost_policy="requeue")
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=2, steps=40, step_s=0.05)
+    result: dict[str, Any] = {}
+    th = _in_background(lambda: result.setdefault("st", _run(exp_dir, launcher)))
+    deadline = time.monotonic() + 30
+    while True:
+        running = [t for t in read_state(exp_dir).trials.values()
+                   if t.status is TrialStatus.RUNNING and len(t.intermediate) >= 2]
+        if running:
+            break
+        assert time.monotonic() < deadline, "no trial ran"
+        time.sleep(0.05)
+    handle = next(iter(_alive(launcher)))
+    launcher.kill(handle, "PREEMPTED")
+    th.join(90)
+    st = result["st"]
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 2  # not FAILED: run again
+    assert len(launcher.launched) >= 2

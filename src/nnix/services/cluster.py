@@ -122,7 +122,12 @@ class Launcher(Protocol):
 
     Optional attribute ``capacity: int`` (default 1): how many trials one environment runs at once in reuse
     mode (an environment with the resources of several trials: a whole node, a machine); non-reuse
-    environments always run one."""
+    environments always run one.
+
+    Optional attribute ``lost_policy: "fail" | "requeue"`` (default ``"fail"``): what becomes of a running trial
+    whose environment ended under it (the engine ended the job, or its agent fell silent): it fails with the
+    reason, or goes back to the queue to run again from scratch (``lostHostPolicy`` of the SSH service). A trial
+    that had not started goes back to the queue either way."""
 
     async def prepare(self) -> None: ...
 
@@ -246,6 +251,7 @@ class ClusterService(Fleet[_Env, _Trial]):
         self._end_grace = float(end_grace)
         self._shared = bool(getattr(launcher, "shares_files", True))
         self._capacity = max(1, int(getattr(launcher, "capacity", 1))) if reuse else 1
+        self._requeue_lost = getattr(launcher, "lost_policy", "fail") == "requeue"
         # failed starts (environments that die before their agent connects, agents that do not start a trial in
         # time) and when to give up: the policy shared with the SSH service (nnix.services.health). The engine is
         # one "host"; three failed starts in a row, or failing for lost_timeout, stop the experiment
@@ -402,7 +408,8 @@ class ClusterService(Fleet[_Env, _Trial]):
         for tid in sorted(env.trials):
             t = self._trials.get(tid)
             if t is not None:  # one still starting waits for another environment (submit)
-                self._write_off(t, f"its {self.platform} environment {env.handle or env.env_id} ended: {why}")
+                self._write_off(t, f"its {self.platform} environment {env.handle or env.env_id} ended: {why}",
+                                "requeue" if self._requeue_lost and not self._closing else None)
         env.trials.clear()
         if not self._closing:
             self._save()

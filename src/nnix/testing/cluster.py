@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
@@ -25,12 +25,14 @@ class ProcessLauncher:
     """Environments as local processes. ``hold`` > 0: the first ``hold`` launches stay "pending" until
     :meth:`release` (an engine queue); ``refuse``: every launch raises (an engine rejecting the job);
     ``broken``: environments start a command that is not the agent (it exits at once); ``capacity``: trials
-    one environment runs at once (reuse mode)."""
+    one environment runs at once (reuse mode); ``lost_policy``: what becomes of a trial whose environment ends
+    under it."""
 
     kind: str = "process"
     advertise_host: str | None = "127.0.0.1"
     refuse: str = ""
     capacity: int = 1
+    lost_policy: Literal["fail", "requeue"] = "fail"
     broken: bool = False
     launched: list[EnvRequest] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
