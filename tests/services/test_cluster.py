@@ -225,3 +225,16 @@ def test_with_lost_policy_requeue_a_trial_whose_environment_ends_runs_again(tmp_
     st = result["st"]
     assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 2  # not FAILED: run again
     assert len(launcher.launched) >= 2
+
+
+def test_the_placement_hook_decides_which_environment_takes_a_trial(tmp_path: Path) -> None:
+    """Launcher ``admit``/``release``: an environment of capacity 2 on a one-GPU machine runs one trial at a
+    time; every admitted trial is released once."""
+    launcher = ProcessLauncher(capacity=2, one_gpu=True)
+    exp_dir = _experiment(tmp_path, concurrency=2, trials=3)
+    st = _run(exp_dir, launcher)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 3
+    assert len(launcher.launched) == 1
+    assert sorted(t for t, _ in launcher.admitted) == sorted(st.trials)
+    assert sorted(launcher.released) == sorted(st.trials)  # once each
+    assert launcher.gpu_holder == {}

@@ -27,11 +27,11 @@ import secrets
 import signal
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from nnix.agent.protocol import Hello
+from nnix.agent.protocol import Heartbeat, Hello
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer
@@ -124,6 +124,12 @@ class Launcher(Protocol):
     mode (an environment with the resources of several trials: a whole node, a machine); non-reuse
     environments always run one.
 
+    Optional placement hook, for environments that hold resources of several trials (``capacity``): methods
+    ``admit(spec, handle, resources) -> TrialSpec | None`` (may the environment ``handle``, whose agent last
+    reported ``resources`` (``gpus``: index, util, mem_util, processes...), take the placed trial now? Return the
+    spec to run there, e.g. with ``CUDA_VISIBLE_DEVICES`` set, or None: not now) and ``release(trial_id)`` (the
+    trial left its environment; called once for each admitted trial). A trial no environment admits waits.
+
     Optional attribute ``lost_policy: "fail" | "requeue"`` (default ``"fail"``): what becomes of a running trial
     whose environment ended under it (the engine ended the job, or its agent fell silent): it fails with the
     reason, or goes back to the queue to run again from scratch (``lostHostPolicy`` of the SSH service). A trial
@@ -172,6 +178,7 @@ class _Env(FleetEnv):
     idle_since: float | None = None
     reason: str = ""
     connected: bool = False  # its agent said hello (at least once)
+    resources: dict[str, Any] = field(default_factory=dict)  # as its agent last reported them
     ended_seen: float | None = None  # when the engine first said it ended
 
 
@@ -542,7 +549,7 @@ class ClusterService(Fleet[_Env, _Trial]):
         self._settle_deadline = 0.0
         for t in list(self._trials.values()):
             if t.env is None and t.started is None:
-                del self._trials[t.trial_id]
+                self._forget_trial(t)
                 self._emit(Exited(t.trial_id, None, None, "",
                                   f"its {self.platform} environment did not come back after the manager restarted"))
         super()._settle()
@@ -555,7 +562,7 @@ class ClusterService(Fleet[_Env, _Trial]):
         self._spawn(self._stop_env(env, "taken over; nothing left to run"))
 
     def _greeted(self, env: _Env, hello: Hello) -> None:
-        env.state, env.reason = "ready", ""
+        env.state, env.reason, env.resources = "ready", "", dict(hello.resources)
         if env.idle_since is None:
             env.idle_since = self._clock()
         self._health.ok(self.platform)
@@ -575,6 +582,14 @@ class ClusterService(Fleet[_Env, _Trial]):
             return False
         t.held_at = self._clock()
         return True
+
+    def _released(self, t: _Trial) -> None:
+        release = getattr(self.launcher, "release", None)
+        if release is not None and t.placed is not None:  # admitted here (not a trial of an earlier manager)
+            release(t.trial_id)
+
+    def _heartbeat(self, env: _Env, beat: Heartbeat) -> None:
+        env.resources = dict(beat.resources)
 
     def _trial_left(self, t: _Trial, env: _Env) -> None:
         if not env.trials:
@@ -607,8 +622,18 @@ class ClusterService(Fleet[_Env, _Trial]):
             else:
                 self._reason = f"every {self.platform} environment is busy"
             return None
-        env = min(free, key=lambda e: e.launched_at)
         placed = self.launcher.place(spec)
+        admit = getattr(self.launcher, "admit", None)
+        chosen: tuple[_Env, TrialSpec] | None = None
+        for env in sorted(free, key=lambda e: e.launched_at):  # the oldest first
+            admitted = placed if admit is None else admit(placed, env.handle, env.resources)
+            if admitted is not None:
+                chosen = (env, admitted)
+                break
+        if chosen is None:
+            self._reason = f"no {self.platform} environment can take it now (placement: {self.launcher.kind})"
+            return None
+        env, placed = chosen
         loop = asyncio.get_running_loop()
         t = _Trial(spec.trial_id, None, self.launcher.output_location(spec), placed=placed,
                    started=loop.create_future())
@@ -616,16 +641,14 @@ class ClusterService(Fleet[_Env, _Trial]):
         try:
             started = await self._handshake(t, env, placed)
         except TimeoutError:
-            self._trials.pop(spec.trial_id, None)
-            env.trials.discard(spec.trial_id)
+            self._forget_trial(t)
             why = f"the agent of {self.platform} environment {env.handle} did not start it within " \
                   f"{self._start_timeout:g} s"
             self._spawn(self._stop_env(env, f"its agent did not start trial {spec.trial_id} within "
                                             f"{self._start_timeout:g} s"))
             return self._requeue_unstarted(spec.trial_id, why)
         except StartFailed as e:
-            self._trials.pop(spec.trial_id, None)
-            env.trials.discard(spec.trial_id)
+            self._forget_trial(t)
             raise ServiceError(f"trial {spec.trial_id} could not start in {self.platform} environment "
                                f"{env.handle}: {e}", "check trialCommand and the code directory") from None
         if started is None:  # the environment died under it: the trial waits for another one

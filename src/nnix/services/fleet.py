@@ -23,8 +23,8 @@ both registries and implements, once, what follows from the agent protocol (:mod
 
 What differs between services stays in hooks: ``_env_gone`` (the environment can no longer run anything),
 ``_may_host`` (placement: a trial of machine A is never watched by an agent on machine B), ``_greeted`` /
-``_hello_done`` (around the hello), ``_heartbeat``, ``_refused``, ``_hold_exit``, ``_trial_left`` (resources
-freed) and ``_retire_idle``.
+``_hello_done`` (around the hello), ``_heartbeat``, ``_refused``, ``_hold_exit``, ``_released`` (what
+placement gave a trial is freed, once, whatever ended it), ``_trial_left`` and ``_retire_idle``.
 """
 
 from __future__ import annotations
@@ -194,7 +194,11 @@ class Fleet(Generic[E, T]):
         return False
 
     def _trial_left(self, trial: T, env: E) -> None:
-        """``trial`` is no longer watched by ``env`` (it ended): free what it held."""
+        """``trial`` ended in ``env`` (after :meth:`_released`)."""
+
+    def _released(self, trial: T) -> None:
+        """``trial`` is no longer the fleet's (ended, written off, did not start): free what placement gave it
+        (GPUs). Called once per trial the fleet forgets."""
 
     def _retire_idle(self, env: E) -> None:
         """At settling: an adopted environment with nothing left to watch."""
@@ -231,6 +235,15 @@ class Fleet(Generic[E, T]):
         takes no trial from now on."""
         env.stopping = True
         env.shutdown_seq = env.endpoint.send(Shutdown(reason, kill_trials=kill_trials))
+
+    def _forget_trial(self, t: T) -> None:
+        """Out of the registries, and what placement gave it freed (once: not again for a trial already
+        forgotten)."""
+        if t.env is not None:
+            t.env.trials.discard(t.trial_id)
+        if self._trials.get(t.trial_id) is t:
+            del self._trials[t.trial_id]
+            self._released(t)
 
     def _kill_stray(self, env: E, trial_id: str) -> None:
         log.warning("%s agent %s runs trial %s, which this experiment no longer expects there: killing it",
@@ -297,7 +310,7 @@ class Fleet(Generic[E, T]):
 
     def _exited(self, t: T, env: E, message: Exited) -> None:
         """``t`` ended (or failed to start) in ``env``."""
-        self._trials.pop(t.trial_id, None)
+        self._forget_trial(t)
         env.trials.discard(t.trial_id)
         self._trial_left(t, env)
         if t.started is not None and not t.started.done():
@@ -311,9 +324,7 @@ class Fleet(Generic[E, T]):
         start handshake ends with None (``t.unstarted`` says why) and ``submit`` requeues it, whatever the
         policy (it never ran). Started: the lost-host policy; ``requeue`` sends it back to the queue, ``fail``
         ends it with ``why`` (None: no policy to name, as with a cluster engine that ended the environment)."""
-        self._trials.pop(t.trial_id, None)
-        if t.env is not None:
-            t.env.trials.discard(t.trial_id)
+        self._forget_trial(t)
         if t.started is not None and not t.started.done():
             t.unstarted = why
             t.started.set_result(None)

@@ -915,7 +915,6 @@ class RemoteService(Fleet[_Env, _Trial]):
         log.error("%s; lostHostPolicy %s applies to its trials %s", m.problem, self._policy,
                   sorted(t.trial_id for t in trials) or "(none)")
         for t in trials:  # one still starting goes back to the queue, for another machine (submit)
-            m.gpus.release(t.trial_id)
             self._write_off(t, m.problem, self._policy)
         for env in list(m.envs.values()):
             env.trials.clear()
@@ -941,8 +940,10 @@ class RemoteService(Fleet[_Env, _Trial]):
     def _heartbeat(self, env: _Env, beat: Heartbeat) -> None:
         env.machine.inventory.update(beat.resources)
 
+    def _released(self, t: _Trial) -> None:
+        t.machine.gpus.release(t.trial_id)
+
     def _trial_left(self, t: _Trial, env: _Env) -> None:
-        env.machine.gpus.release(t.trial_id)
         if env.draining and not env.trials and not env.stopping:
             self._shutdown(env, "no more trials for this agent")
 
@@ -1039,19 +1040,13 @@ class RemoteService(Fleet[_Env, _Trial]):
         reason), whatever lostHostPolicy says; the machine backs off if it is still there (nnix.services.health).
         Returns None (what submit returns: not started).
         Never an experiment error: that is for when no machine can run anything (see submit)."""
-        self._drop_trial(t)
+        self._forget_trial(t)
         m = t.machine
         note = ""
         if m.state == "ready" and not self._closing:
             note = f"; {m.label} gets no trial for {self._health.failed(m.label, why):g} s"
         self._requeue(t.trial_id, why, note)
         return None
-
-    def _drop_trial(self, t: _Trial) -> None:
-        self._trials.pop(t.trial_id, None)
-        t.machine.gpus.release(t.trial_id)
-        if t.env is not None:
-            t.env.trials.discard(t.trial_id)
 
     async def reattach(
         self,
