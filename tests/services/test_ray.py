@@ -570,7 +570,10 @@ def test_each_experiment_has_its_own_head_and_stop_or_done_ends_it(tmp_path: Pat
     a = heads.manager(a_id, "create", tmp_path / "a.out", exit_when_done=False, **FAST)
     b = heads.manager(b_id, "create", tmp_path / "b.out", exit_when_done=False, head_idle=1.0, **FAST)
     _wait(lambda: (_running(a_dir, 1) and _running(b_dir, 1)) or a.poll() is not None or b.poll() is not None, 300)
-    assert a.poll() is None and b.poll() is None
+    assert a.poll() is None and b.poll() is None, (
+        (tmp_path / "a.out").read_text(errors="replace")[-3000:],
+        (tmp_path / "b.out").read_text(errors="replace")[-3000:],
+        (a_dir / "log" / "manager.log").read_text(errors="replace")[-3000:])
     ha, hb = heads.seen(a_dir), heads.seen(b_dir)
     assert ha is not None and hb is not None
     assert ha.address != hb.address and ha.keeper_pid != hb.keeper_pid and ha.temp_dir != hb.temp_dir
