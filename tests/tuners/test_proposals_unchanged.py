@@ -46,7 +46,11 @@ SPACES: dict[str, dict[str, Any]] = {
             "_type": "choice",
             "_value": [
                 {"_name": "sgd", "lr": {"_type": "loguniform", "_value": [1e-3, 1]}},
-                {"_name": "adam", "beta": {"_type": "uniform", "_value": [0.8, 1]}, "k": {"_type": "randint", "_value": [1, 4]}},
+                {
+                    "_name": "adam",
+                    "beta": {"_type": "uniform", "_value": [0.8, 1]},
+                    "k": {"_type": "randint", "_value": [1, 4]},
+                },
                 {"_name": "none"},
             ],
         },
