@@ -143,7 +143,7 @@ class Column:
 
     def to_unit(self, value: Any) -> float | None:
         """The unit value (a category index for categorical columns); None when ``value`` is not one
-        of this parameter's. Numbers outside the bounds are clipped."""
+        of this parameter's. Numbers outside the bounds are clipped (a log type's non-positive ones too)."""
         p = self.param
         if self.categorical and p.type == "choice":
             i = self.option(value)
@@ -161,8 +161,8 @@ class Column:
             cell = v - float(p.low or 0)
             return (min(max(math.floor(cell), 0), self.size - 1) + 0.5) / self.size
         if p.log:
-            if v <= 0:
-                return None
+            if v <= 0:  # below every bound (a q-lognormal value rounded to 0): the lowest unit value
+                return 0.0 if self.bounded else EDGE
             v = math.log(v)
         if self.bounded:
             return min(max((v - self.lo) / (self.hi - self.lo), 0.0), 1.0)
