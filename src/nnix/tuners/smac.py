@@ -53,8 +53,8 @@ from typing import Any, ClassVar, Literal
 from nnix.errors import FieldIssue, NoMoreTrialsError, SearchSpaceError, TunerError
 from nnix.space import Param, Params, SearchSpace
 from nnix.tuners.base import Direction, TunerArgs, TunerContext
+from nnix.tuners.bo import exhausted, propose_random
 from nnix.tuners.dedup import Deduplicator
-from nnix.tuners.gp import exhausted, propose_random
 
 __all__ = ["SMACArgs", "SMACTuner", "smac_modules"]
 
