@@ -44,6 +44,7 @@ __all__ = [
     "EncodingCache",
     "GradientSurrogate",
     "Observations",
+    "Step",
     "Surrogate",
     "UnitEncoding",
     "acquisition",
@@ -389,6 +390,27 @@ def exhausted() -> NoMoreTrialsError:
 # the skeleton
 
 
+@dataclass(frozen=True)
+class Step:
+    """What one model-based proposal sees: the encoding, the observations, the pending points and the
+    batch's earlier proposals (``fantasies``, to be modelled with the value ``liar``), and its id."""
+
+    enc: UnitEncoding
+    obs: Observations
+    fantasies: tuple[Array, ...]
+    liar: float
+    seed: int
+    pid: int
+
+    @property
+    def best(self) -> float:
+        """The best observed value (to be maximised)."""
+        return float(self.obs.y.max())
+
+    def rng(self, stream: int) -> np.random.Generator:
+        return rng_for(self.seed, self.pid, stream)
+
+
 class _SeededArgs(Protocol):
     @property
     def seed(self) -> int | None: ...
@@ -421,16 +443,7 @@ class BayesianTuner(Generic[A, M]):
     def fit(self, enc: UnitEncoding, obs: Observations, seed: int) -> M | None:
         raise NotImplementedError
 
-    def propose(
-        self,
-        enc: UnitEncoding,
-        model: M,
-        obs: Observations,
-        fantasies: list[Array],
-        liar: float,
-        seed: int,
-        pid: int,
-    ) -> Params | None:
+    def propose(self, model: M, step: Step) -> Params | None:
         raise NotImplementedError
 
     def replays(self, ctx: TunerContext, obs: Observations, model: M) -> list[Params]:
@@ -459,7 +472,7 @@ class BayesianTuner(Generic[A, M]):
             elif model is None:
                 params = propose_random(ctx.space, seed, pid, self._dedup)
             else:
-                params = self.propose(enc, model, obs, fantasies, liar, seed, pid)
+                params = self.propose(model, Step(enc, obs, tuple(fantasies), liar, seed, pid))
             if params is None:
                 if not out:
                     raise exhausted()

@@ -52,6 +52,7 @@ from nnix.tuners.bo import (
     Array,
     BayesianTuner,
     Observations,
+    Step,
     UnitEncoding,
     acquisition,
     best_and_recent,
@@ -252,22 +253,14 @@ class DNGOTuner(BayesianTuner[DNGOArgs, _Surrogate]):
         phi = _with_bias(net.features(obs.x))
         return _Surrogate(net, BayesianLinear(phi, obs.y), phi)
 
-    def propose(
-        self,
-        enc: UnitEncoding,
-        model: _Surrogate,
-        obs: Observations,
-        fantasies: list[Array],
-        liar: float,
-        seed: int,
-        pid: int,
-    ) -> Params | None:
+    def propose(self, model: _Surrogate, step: Step) -> Params | None:
+        enc, obs, fantasies, liar = step.enc, step.obs, step.fantasies, step.liar
         net, regression = model.net, model.regression
         if fantasies:
             phi = np.vstack([model.phi, _with_bias(net.features(np.array(fantasies)))])
             y = np.concatenate([obs.y, np.full(len(fantasies), liar)])
             regression = BayesianLinear(phi, y, (regression.alpha, regression.beta))
-        rng = rng_for(seed, pid, _STREAM_CANDIDATES)
+        rng = step.rng(_STREAM_CANDIDATES)
         candidates = candidate_points(enc, rng, min(self.args.sample_size, SAMPLE_CAP), best_centres(obs))
         mu, sd = regression.predict(_with_bias(net.features(candidates)))
         ei = acquisition("ei", mu, sd, float(obs.y.max()), 0.0, 0.0)[0]

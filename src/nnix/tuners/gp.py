@@ -54,6 +54,7 @@ classArgs (NNI's, NNI defaults): ``optimize_mode`` (maximize), ``utility`` (ei),
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -66,7 +67,7 @@ from scipy.special import gamma as gamma_fn
 from scipy.special import kv
 
 from nnix.space import Params
-from nnix.tuners.base import TunerArgs, rng_for
+from nnix.tuners.base import TunerArgs
 from nnix.tuners.bo import (
     MIN_OBSERVATIONS,
     STARTS_CAP,
@@ -74,6 +75,7 @@ from nnix.tuners.bo import (
     BayesianTuner,
     EncodingCache,
     Observations,
+    Step,
     UnitEncoding,
     acquisition,
     acquisition_score,
@@ -264,6 +266,10 @@ class GPModel:
             np.vstack([self.x, x]), np.concatenate([self.y, y]), self.hyper, self.nu, self.alpha, self.mean, self.scale
         )
 
+    def with_liars(self, points: Sequence[Array], liar: float) -> GPModel:
+        """The same model with ``points`` observed at the value ``liar`` (a constant liar)."""
+        return self.condition(np.array(points), np.full(len(points), liar)) if points else self
+
     def predict(self, z: Array) -> tuple[Array, Array]:
         """Posterior mean and standard deviation (of the latent function) at the rows of ``z``."""
         ks = self._k(z / self.hyper.lengths, self._xs)
@@ -339,27 +345,17 @@ class GPTuner(BayesianTuner[GPArgs, GPModel]):
             return fit_gp(obs, args.nu, args.alpha)
         return None
 
-    def propose(
-        self,
-        enc: UnitEncoding,
-        model: GPModel,
-        obs: Observations,
-        fantasies: list[Array],
-        liar: float,
-        seed: int,
-        pid: int,
-    ) -> Params | None:
+    def propose(self, model: GPModel, step: Step) -> Params | None:
         args = self.args
-        if fantasies:
-            model = model.condition(np.array(fantasies), np.full(len(fantasies), liar))
-        best = float(obs.y.max())
+        model = model.with_liars(step.fantasies, step.liar)
+        best = step.best
         candidates, _ = maximize_in_cube(
-            enc,
+            step.enc,
             acquisition_score(model, args.utility, best, args.kappa, args.xi),
             acquisition_score_grad(model, args.utility, best, args.kappa, args.xi),
-            rng_for(seed, pid, _STREAM_ACQ),
-            warm_up_size(args.selection_num_warm_up, enc.d),
+            step.rng(_STREAM_ACQ),
+            warm_up_size(args.selection_num_warm_up, step.enc.d),
             min(args.selection_num_starting_points, STARTS_CAP),
-            best_centres(obs),
+            best_centres(step.obs),
         )
-        return select_new(enc, candidates, self._dedup)
+        return select_new(step.enc, candidates, self._dedup)

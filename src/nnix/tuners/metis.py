@@ -52,6 +52,7 @@ from nnix.tuners.bo import (
     Array,
     BayesianTuner,
     Observations,
+    Step,
     UnitEncoding,
     acquisition_score,
     acquisition_score_grad,
@@ -159,20 +160,10 @@ class MetisTuner(BayesianTuner[MetisArgs, GPModel]):
             out.append(copy.deepcopy(params))
         return out
 
-    def propose(
-        self,
-        enc: UnitEncoding,
-        model: GPModel,
-        obs: Observations,
-        fantasies: list[Array],
-        liar: float,
-        seed: int,
-        pid: int,
-    ) -> Params | None:
-        args = self.args
-        if fantasies:
-            model = model.condition(np.array(fantasies), np.full(len(fantasies), liar))
-        best = float(obs.y.max())
+    def propose(self, model: GPModel, step: Step) -> Params | None:
+        args, enc, obs, seed, pid = self.args, step.enc, step.obs, step.seed, step.pid
+        model = model.with_liars(step.fantasies, step.liar)
+        best = step.best
         starts = min(args.selection_num_starting_points, STARTS_CAP)
         centres = best_centres(obs)
         ei, ei_grad = acquisition_score(model, "ei", best), acquisition_score_grad(model, "ei", best)
