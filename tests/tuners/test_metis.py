@@ -15,7 +15,7 @@ from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace, contains
 from nnix.testing.tuners import TunerContract
 from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
-from nnix.tuners.gp import UnitEncoding, collect
+from nnix.tuners.bo import UnitEncoding, collect
 from nnix.tuners.metis import MetisArgs, MetisTuner, gmm_candidates
 from nnix.tuners.random import RandomTuner
 
