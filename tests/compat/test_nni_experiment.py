@@ -7,8 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ from nnix.compat.nni_experiment import (
 )
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, pid_alive, read_state
+from nnix.testing import wait_until
 from nnix.testing.sshhosts import SshHost, SshLab, unavailable
 
 SRC = Path(nnix.__file__).resolve().parents[1]
@@ -47,16 +47,6 @@ while os.path.exists(hold) and time.monotonic() < deadline:  # the test holds tr
 nni.report_intermediate_result(params["x"])
 nni.report_final_result(params["x"] * 2)
 """
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def state_of(exp_id: str, trials: bool = False) -> Any:
@@ -258,7 +248,7 @@ def test_run_export_resume_view_and_the_rest_wrappers(code_dir: Path) -> None:
     manager = state_of(exp_id).manager_pid
     experiment.stop()
     assert not pid_alive(manager) and experiment.port is None
-    wait_for("the watcher to leave", lambda: not watchers_of(exp_id))
+    wait_until(lambda: not watchers_of(exp_id), 60.0, "the watcher to leave")
 
     # resume (NNI's class form, not waiting), raise the budget, change limits at run time
     (code_dir / "hold").touch()
@@ -271,11 +261,11 @@ def test_run_export_resume_view_and_the_rest_wrappers(code_dir: Path) -> None:
     resumed.update_max_trial_number(5)
     params = resumed.get_experiment_profile()["params"]
     assert (params["maxTrialNumber"], params["trialConcurrency"], params["maxExperimentDuration"]) == (5, 1, "3600s")
-    running = wait_for("a held trial", lambda: [j for j in resumed.list_trial_jobs() if j.status == "RUNNING"])
+    running = wait_until(lambda: [j for j in resumed.list_trial_jobs() if j.status == "RUNNING"], 60.0, "a held trial")
     resumed.kill_trial_job(running[0].trialJobId)
-    wait_for("the kill", lambda: resumed.get_trial_job(running[0].trialJobId).status == "USER_CANCELED")
+    wait_until(lambda: resumed.get_trial_job(running[0].trialJobId).status == "USER_CANCELED", 60.0, "the kill")
     (code_dir / "hold").unlink()
-    wait_for("the end", lambda: resumed.get_status() == "DONE" and len(resumed.list_trial_jobs()) == 5)
+    wait_until(lambda: resumed.get_status() == "DONE" and len(resumed.list_trial_jobs()) == 5, 60.0, "the end")
     assert sorted(j.sequenceId for j in resumed.list_trial_jobs()) == [0, 1, 2, 3, 4]  # numbers continue
     new = [r.value for r in resumed.export_data()][3:]  # the killed trial has no result
     assert len(new) == 1 and 4 <= new[0] <= 6  # drawn from the new space
@@ -353,8 +343,9 @@ def test_ctrl_c_stops_run_cleanly(code_dir: Path) -> None:
     proc = launcher(code_dir, "4", "run", start_new_session=True)
     assert proc.stdout is not None
     exp_id = proc.stdout.readline().split()[1]
-    wait_for("running trials", lambda: Registry().all() and state_of(exp_id, True).count(TrialStatus.RUNNING) == 2)
-    wait_for("start() to return", lambda: watchers_of(exp_id))  # its last step starts the watcher
+    wait_until(lambda: Registry().all() and state_of(exp_id, True).count(TrialStatus.RUNNING) == 2, 60.0,
+               "running trials")
+    wait_until(lambda: watchers_of(exp_id), 60.0, "start() to return")  # its last step starts the watcher
     trial_pids = [t.pid for t in state_of(exp_id, True).trials.values() if t.pid]
     assert len(trial_pids) == 2
     os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C goes to the whole foreground group
@@ -364,7 +355,7 @@ def test_ctrl_c_stops_run_cleanly(code_dir: Path) -> None:
     state = state_of(exp_id, True)
     assert state.status.value == "STOPPED" and gone(exp_id)
     assert {t.status.value for t in state.trials.values()} == {"USER_CANCELED"}
-    wait_for("the trials to end", lambda: not any(pid_alive(p) for p in trial_pids))
+    wait_until(lambda: not any(pid_alive(p) for p in trial_pids), 60.0, "the trials to end")
 
 
 def test_a_killed_launcher_does_not_leave_its_experiment_running(code_dir: Path) -> None:
@@ -372,12 +363,12 @@ def test_a_killed_launcher_does_not_leave_its_experiment_running(code_dir: Path)
     proc = launcher(code_dir, "4", "start", stdin=subprocess.PIPE)
     assert proc.stdout is not None
     exp_id = proc.stdout.readline().split()[1]
-    wait_for("the start", lambda: "STARTED" in proc.stdout.readline())  # type: ignore[union-attr]
+    wait_until(lambda: "STARTED" in proc.stdout.readline(), 60.0, "the start")  # type: ignore[union-attr]
     manager = state_of(exp_id).manager_pid
     assert pid_alive(manager) and watchers_of(exp_id)
     proc.kill()  # kill -9: no atexit; the watcher sees the launcher's end
     proc.communicate(timeout=30)
-    wait_for("the watcher to stop the experiment", lambda: gone(exp_id))
+    wait_until(lambda: gone(exp_id), 60.0, "the watcher to stop the experiment")
     assert state_of(exp_id).status.value == "STOPPED"
 
 
@@ -457,4 +448,4 @@ def make():
     assert "done 2" in outputs[2] and "stopped None" in outputs[3], outputs
     second_id = outputs[4].split("left running ", 1)[1].split()[0]
     assert gone(first_id) and state_of(first_id).status.value == "DONE"
-    wait_for("the kernel's end to stop the second experiment", lambda: gone(second_id))
+    wait_until(lambda: gone(second_id), 60.0, "the kernel's end to stop the second experiment")

@@ -11,7 +11,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from nnix.services.kubernetes import (
     job_state,
     kubeflow_state,
 )
+from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
 from nnix.testing.kube import FakeOperators, KubeLab, kube_available
 
@@ -217,16 +218,6 @@ def operators(kube_lab: KubeLab) -> Iterator[FakeOperators]:
         yield ops
 
 
-def _wait(check: Callable[[], Any], timeout: float = 30.0, show: Callable[[], Any] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s" + (f": {show()}" if show is not None else ""))
-
-
 def _objects(lab: KubeLab, exp_id: str) -> dict[str, list[str]]:
     """Names of what the experiment left in the namespace, by kind."""
     from kubernetes import client
@@ -280,7 +271,7 @@ def test_experiment_on_kubernetes_jobs(tmp_path: Path, kube_lab: KubeLab, reuse:
     envs = {t.environment_id for t in st.trials.values()}
     assert len(envs) == (4 if not reuse else len(envs)) and (len(envs) <= 2 if reuse else True)
     # every Job, pod and Secret of the experiment is deleted at the end
-    _wait(lambda: not _objects(kube_lab, exp_id), 30)
+    wait_until(lambda: not _objects(kube_lab, exp_id), 30)
 
 
 def _launcher(cls: type[KubeLauncher], tmp_path: Path, ts: dict[str, Any], gpus: int = 0) -> KubeLauncher:
@@ -339,7 +330,7 @@ def test_job_object_token_resources_and_cleanup(tmp_path: Path, kube_lab: KubeLa
             await asyncio.sleep(0.1)
         assert st.state == "pending" and "node" in st.reason.lower(), st
         await launcher.stop(name)
-        _wait(lambda: not _objects(kube_lab, launcher.exp), 30)
+        wait_until(lambda: not _objects(kube_lab, launcher.exp), 30)
 
     asyncio.run(go())
 
@@ -445,7 +436,7 @@ def test_status_transitions_as_the_operators_patch_them(tmp_path: Path, kube_lab
                                                          cond("Failed", "TFJobFailed")]})
         st = await poll(tf, name, "ended")
         assert st.state == "ended" and "TFJobFailed" in st.reason
-        _wait(lambda: not _objects(kube_lab, tf.exp), 30)  # ended: deleted, with its Secret
+        wait_until(lambda: not _objects(kube_lab, tf.exp), 30)  # ended: deleted, with its Secret
         assert (await tf.poll([name]))[name] == st  # and its last state is still what nnix says
 
         await fc.prepare()
@@ -482,7 +473,9 @@ def test_experiment_through_the_operators(tmp_path: Path, kube_lab: KubeLab, ope
     for t in st.trials.values():  # the primary replica ran the trials
         primary = "worker-0" if kind != "pytorch-operator" else "master-0"
         assert primary in (Path(str(t.output_dir)) / "trial.stdout").read_text()
-    _wait(lambda: not _objects(kube_lab, exp_id), 30, lambda: _objects(kube_lab, exp_id))  # objects, pods, Secrets gone
+    # objects, pods, Secrets gone
+    wait_until(lambda: not _objects(kube_lab, exp_id), 30, "the experiment's objects gone",
+               show=lambda: _objects(kube_lab, exp_id))
 
 
 def test_a_job_deleted_outside_nnix_fails_its_trial_with_the_reason(tmp_path: Path, kube_lab: KubeLab) -> None:
@@ -497,7 +490,7 @@ def test_a_job_deleted_outside_nnix_fails_its_trial_with_the_reason(tmp_path: Pa
             st = read_state(exp_dir)
             return any(t.status is TrialStatus.RUNNING and t.metrics for t in st.trials.values())
 
-        _wait(running, 60)
+        wait_until(running, 60)
         for j in batch.list_namespaced_job("default", label_selector=f"nnix.io/experiment={exp_id}").items:
             batch.delete_namespaced_job(j.metadata.name, "default", propagation_policy="Background")
 
@@ -530,4 +523,4 @@ def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, k
         assert t.status is TrialStatus.SUCCEEDED, t.message
         assert [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL] == list(range(40))  # once each
     assert {t.environment_id for t in st.trials.values()} == {e for e in saved["envs"]}  # taken over, no new Job
-    _wait(lambda: not _objects(kube_lab, exp_id), 30, lambda: _objects(kube_lab, exp_id))
+    wait_until(lambda: not _objects(kube_lab, exp_id), 30, show=lambda: _objects(kube_lab, exp_id))
