@@ -34,10 +34,10 @@ from nnix.compat.nni_experiment import (
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, pid_alive, read_state
 from nnix.testing import wait_until
+from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab, unavailable
 
 SRC = Path(nnix.__file__).resolve().parents[1]
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 TRIAL = """import os, time, nni
 hold = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hold")
 params = nni.get_next_parameter()

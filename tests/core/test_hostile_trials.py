@@ -27,6 +27,7 @@ from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.home import read_state
 from nnix.testing import wait_until, wait_until_async
 from nnix.testing.experiments import detach_when, make_experiment, manager_for, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 
 PY = sys.executable
 MODE_ENV = "NNIX_CONTAINMENT"
@@ -36,7 +37,6 @@ def _cgroups_here() -> bool:
     from nnix.agent.containment import _cgroup_parent
 
     return _cgroup_parent() is not None
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 HEAD = (
     "import nni, os, sys, time, json, signal, subprocess\n"
     "p = nni.get_next_parameter()\n"

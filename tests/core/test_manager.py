@@ -18,9 +18,9 @@ from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until_async
 from nnix.testing.experiments import make_experiment, manager_for, run_experiment
 from nnix.testing.gpu import DescribedInventory
+from nnix.testing.spaces import UNIT as SPACE
 
 PY = sys.executable
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 
 
 def _trial(code_dir: Path, body: str) -> str:

@@ -14,8 +14,8 @@ from nnix.home import read_state
 from nnix.testing import wait_until
 from nnix.testing.cluster import ProcessClusterService, ProcessLauncher
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.1, "end_grace": 0.3, "poll_interval": 0.05, "kill_grace": 1.0,
                         "backoff_min": 0.1}
 

@@ -14,9 +14,9 @@ from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import ConfigError, ServiceError
 from nnix.services.hybrid import HybridService
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshLab
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 BASE: dict[str, Any] = {"searchSpace": SPACE, "trialCommand": "python3 trial.py", "trialConcurrency": 2,
                         "tuner": {"name": "Random"}}
 

@@ -35,8 +35,8 @@ from nnix.services.kubernetes import (
 from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
 from nnix.testing.kube import FakeOperators, KubeLab, kube_available
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.3, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
 TRIAL = """import nni, os, time
 p = nni.get_next_parameter()

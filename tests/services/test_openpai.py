@@ -20,8 +20,8 @@ from nnix.config import OpenpaiConfig, parse_config
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import ConfigError
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 TOKEN = "s3cret-token"
 
 

@@ -31,8 +31,8 @@ from nnix.services.ray import RayLauncher, describe_exit, describe_ray_error
 from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, run_experiment
 from nnix.testing.ray import PrivateHeads, RayLab, RayNetnsLab, netns_unavailable, unavailable
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.2, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
 
 FAKE_AGENT = """#!/bin/bash

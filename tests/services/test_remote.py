@@ -29,9 +29,9 @@ from nnix.home import STORE_NAME, Registry, pid_alive, read_state
 from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, manager_for, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST = {"connect_timeout": 3.0}
 
 

@@ -33,8 +33,8 @@ from nnix.services.slurm import SlurmLauncher, describe_state, job_script
 from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
 from nnix.testing.slurm import SlurmLab, unavailable
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.5, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
 BASE: dict[str, Any] = {"searchSpace": SPACE, "trialCommand": "python3 t.py", "trialConcurrency": 1,
                         "tuner": {"name": "Random"}}

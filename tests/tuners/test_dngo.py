@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -13,27 +12,11 @@ from nnix.core.status import TrialStatus
 from nnix.errors import SearchSpaceError
 from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace
+from nnix.testing.spaces import DISCRETE, NUMERIC, SQUARE, branin
 from nnix.testing.tuners import TunerContract
 from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
 from nnix.tuners.dngo import BayesianLinear, DNGOArgs, DNGOTuner, train_network
 from nnix.tuners.random import RandomTuner
-
-NUMERIC: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": [4, 1, 2.5]},
-    "r": {"_type": "randint", "_value": [1, 10]},
-    "u": {"_type": "uniform", "_value": [-1, 1]},
-    "q": {"_type": "quniform", "_value": [2, 10, 5]},
-    "l": {"_type": "loguniform", "_value": [1e-4, 1]},
-    "ql": {"_type": "qloguniform", "_value": [1, 100, 1]},
-}
-DISCRETE: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": [16, 32, 64]},
-    "r": {"_type": "randint", "_value": [0, 3]},
-}
-SQUARE: dict[str, Any] = {
-    "x": {"_type": "uniform", "_value": [-5, 10]},
-    "y": {"_type": "uniform", "_value": [0, 15]},
-}
 
 
 def small(**kw: Any) -> DNGOTuner:
@@ -52,13 +35,6 @@ def ctx(
     direction: Direction = Direction.MINIMIZE,
 ) -> TunerContext:
     return TunerContext(SearchSpace.from_json(raw), direction, seed, tuple(history))
-
-
-def branin(p: dict[str, Any]) -> float:
-    x, y = p["x"], p["y"]
-    return float(
-        (y - 5.1 / (4 * math.pi**2) * x**2 + 5 / math.pi * x - 6) ** 2 + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x) + 10
-    )
 
 
 def minimise(make: Callable[[], Tuner], seed: int, trials: int = 40, batch: int = 1) -> float:
