@@ -41,7 +41,7 @@ def run(coro: Awaitable[Any]) -> Any:
 
 
 def client(app: ApiApp) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)  # type: ignore[arg-type]
 
 
 def _metric(tid: str, mtype: MetricType, seq: int, value: Any, index: int, pid: int | None) -> MetricReported:

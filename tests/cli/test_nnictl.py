@@ -184,6 +184,7 @@ def test_save_load_view_resume_on_another_root(stopped: tuple[str, Path, dict[st
     assert len(st.trials) == 4 and st.count(TrialStatus.SUCCEEDED) == 3
     assert {t.trial_id: t.final_value for t in st.trials.values() if t.trial_id in finals} == finals
     last = max(st.trials.values(), key=lambda t: t.sequence_id)
+    assert last.output_dir is not None
     assert last.status is TrialStatus.SUCCEEDED and last.output_dir.startswith(str(exp_dir))
     assert f"cwd {code_b}" in Path(last.output_dir, "trial.stdout").read_text()
 

@@ -31,6 +31,8 @@ from nnix.compat.nni_experiment import (
     TrialResult,
     UnknownFieldError,
 )
+from nnix.config import LocalConfig as NativeLocalConfig
+from nnix.config import RemoteConfig as NativeRemoteConfig
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, pid_alive, read_state
 from nnix.testing import wait_until
@@ -79,14 +81,22 @@ def code_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def config_of(exp: Experiment) -> ExperimentConfig:
+    """The experiment's config (None only for an experiment attached by id)."""
+    assert exp.config is not None
+    return exp.config
+
+
 def quickstart(exp: Experiment, trials: int = 3) -> Experiment:
-    exp.config.trial_command = f"{sys.executable} trial.py"
-    exp.config.trial_code_directory = "."
-    exp.config.search_space = SPACE
-    exp.config.tuner.name = "TPE"
-    exp.config.tuner.class_args["optimize_mode"] = "maximize"
-    exp.config.max_trial_number = trials
-    exp.config.trial_concurrency = 2
+    config = config_of(exp)
+    config.trial_command = f"{sys.executable} trial.py"
+    config.trial_code_directory = "."
+    config.search_space = SPACE
+    assert config.tuner is not None
+    config.tuner.name = "TPE"
+    config.tuner.class_args["optimize_mode"] = "maximize"
+    config.max_trial_number = trials
+    config.trial_concurrency = 2
     return exp
 
 
@@ -100,6 +110,7 @@ def test_a_config_is_built_attribute_by_attribute_with_nni_defaults(code_dir: Pa
     assert config.trial_code_directory == "." and config.use_annotation is False and config.debug is False
     assert config.experiment_working_directory == "~/nni-experiments"
     assert config.training_service.max_trial_number_per_gpu == 1 and config.training_service.use_active_gpu is None
+    assert config.tuner is not None
     assert config.tuner.name is None and config.tuner.class_args == {}  # placeholders until touched
     config.trial_command = "python3 trial.py"
     config.search_space = SPACE
@@ -124,8 +135,10 @@ def test_a_config_is_built_attribute_by_attribute_with_nni_defaults(code_dir: Pa
     other = ExperimentConfig(trial_command="x", trialConcurrency=1, search_space={},
                              tuner=AlgorithmConfig(name="Random"),
                              training_service={"platform": "local", "gpu_indices": "0"})
-    assert other.validate().config.training_service.gpu_indices == [0]
+    validated = other.validate().config.training_service
+    assert isinstance(validated, NativeLocalConfig) and validated.gpu_indices == [0]
     hybrid = ExperimentConfig(["local", "remote"])
+    assert isinstance(hybrid.training_service, list)
     assert [type(s) for s in hybrid.training_service] == [LocalConfig, RemoteConfig]
     custom = CustomAlgorithmConfig(class_name="my_tuner.MyTuner")
     assert custom.code_directory == "."
@@ -134,7 +147,7 @@ def test_a_config_is_built_attribute_by_attribute_with_nni_defaults(code_dir: Pa
 def test_a_remote_config_is_built_attribute_by_attribute(code_dir: Path) -> None:
     (code_dir / "id_key").write_text("not a real key\n")
     experiment = quickstart(Experiment("remote"))
-    ts = experiment.config.training_service
+    ts = config_of(experiment).training_service
     assert isinstance(ts, RemoteConfig) and ts.machine_list == []
     ts.machine_list.append(RemoteMachineConfig(host="10.0.0.5", user="alice", ssh_key_file="id_key"))
     machine = RemoteMachineConfig()
@@ -146,7 +159,8 @@ def test_a_remote_config_is_built_attribute_by_attribute(code_dir: Path) -> None
     ts.machine_list.append(machine)
     ts.trust_unknown_hosts = True  # nnix's own field of the platform
     assert machine.ssh_key_file == "~/.ssh/id_rsa"  # NNI's default, shown
-    native = experiment.config.validate().config.training_service
+    native = config_of(experiment).validate().config.training_service
+    assert isinstance(native, NativeRemoteConfig)
     assert native.platform == "remote"
     assert [m.label for m in native.machine_list] == ["alice@10.0.0.5:22", "bob@10.0.0.6:2222"]
     assert native.machine_list[0].ssh_key_file == code_dir / "id_key"  # relative to the current directory
@@ -154,9 +168,9 @@ def test_a_remote_config_is_built_attribute_by_attribute(code_dir: Path) -> None
     assert password is not None and password.get_secret_value() == "secret"
     assert native.trust_unknown_hosts is True
     # a whole list assigned at once, as NNI's docs write it; dicts become machine objects
-    ts.machine_list = [{"host": "h", "user": "u", "port": 70000}]
+    ts.machine_list = [{"host": "h", "user": "u", "port": 70000}]  # type: ignore[list-item]  # NNI takes dicts
     with pytest.raises(NniConfigError) as e:
-        experiment.config.validate()
+        config_of(experiment).validate()
     assert "training_service.machine_list[0].port: input should be less than or equal to 65535" in str(e.value)
 
 
@@ -179,6 +193,7 @@ def test_errors_name_the_fields_as_written_and_are_typed(code_dir: Path) -> None
     config = ExperimentConfig("local")
     config.trial_command = "python3 trial.py"
     config.search_space = {"x": {"_type": "uniform", "_value": [1]}}
+    assert config.tuner is not None and isinstance(config.training_service, LocalConfig)
     config.tuner.name = "TPEE"
     config.training_service.max_trial_number_per_gpu = 2
     with pytest.raises(NniConfigError) as e:
@@ -191,7 +206,7 @@ def test_errors_name_the_fields_as_written_and_are_typed(code_dir: Path) -> None
         assert line in text, text
     assert "- trialConcurrency" not in text  # snake_case, as the user wrote it
     with pytest.raises(UnknownFieldError, match="did you mean 'trial_concurrency'"):
-        config.trial_concurency = 2  # type: ignore[attr-defined]
+        config.trial_concurency = 2
     with pytest.raises(AttributeError, match="LocalConfig has no field 'machine_list'"):
         config.training_service.machine_list = []
     with pytest.raises(NotSupportedByNnixError, match=r"platform 'aml' \(Azure ML\) is not supported by nnix"):
@@ -204,15 +219,15 @@ def test_errors_name_the_fields_as_written_and_are_typed(code_dir: Path) -> None
         config.experiment_type = "nas"
     with pytest.raises(NniConfigError, match="looks like a config file"):
         Experiment("config.yml")
-    shared = quickstart(Experiment("local")).config
-    shared.shared_storage = {"storage_type": "NFS"}
+    shared = config_of(quickstart(Experiment("local")))
+    shared.shared_storage = {"storage_type": "NFS"}  # type: ignore[assignment]  # NNI takes a dict
     with pytest.raises(NniConfigError, match="shared_storage: sharedStorage is not supported by nnix"):
         shared.validate()
 
 
 def test_a_bad_config_leaves_nothing_behind(code_dir: Path, nnix_home: Path) -> None:
     experiment = quickstart(Experiment("local"))
-    experiment.config.trial_concurrency = 0
+    config_of(experiment).trial_concurrency = 0
     with pytest.raises(NniConfigError, match="trial_concurrency: input should be greater than 0"):
         experiment.run(port=0)
     assert Registry().all() == [] and experiment.port is None
@@ -244,7 +259,7 @@ def test_run_export_resume_view_and_the_rest_wrappers(code_dir: Path) -> None:
     assert profile["id"] == exp_id and profile["params"]["maxTrialNumber"] == 3
     meta = experiment.get_experiment_metadata(exp_id)
     assert meta is not None and meta["status"] == "DONE" and meta["port"] == experiment.port
-    assert Experiment.connect(experiment.port).id == exp_id
+    assert experiment.port is not None and Experiment.connect(experiment.port).id == exp_id
     manager = state_of(exp_id).manager_pid
     experiment.stop()
     assert not pid_alive(manager) and experiment.port is None
@@ -391,8 +406,9 @@ def ssh_host() -> Iterator[SshHost]:
 
 def test_a_remote_experiment_built_attribute_by_attribute_runs_over_ssh(code_dir: Path, ssh_host: SshHost) -> None:
     experiment = quickstart(Experiment("remote"), trials=2)
-    experiment.config.trial_command = "python3 trial.py"  # the host's Python, with nnix's nni uploaded
-    ts = experiment.config.training_service
+    config_of(experiment).trial_command = "python3 trial.py"  # the host's Python, with nnix's nni uploaded
+    ts = config_of(experiment).training_service
+    assert isinstance(ts, RemoteConfig)
     machine = RemoteMachineConfig()
     machine.host = ssh_host.host
     machine.port = ssh_host.port

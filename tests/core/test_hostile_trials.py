@@ -119,7 +119,8 @@ async def _detail(exp_dir: Path, trial_id: str) -> dict[str, Any]:
     manager = manager_for(exp_dir)
     app = create_app(manager, read_only=True)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
+        transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # ApiApp takes scope as a dict
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
             r = await c.get(f"/api/nnix/v1/trials/{trial_id}")
             assert r.status_code == 200, r.text
             listed = await c.get("/api/nnix/v1/trials")

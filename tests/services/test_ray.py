@@ -297,7 +297,7 @@ def test_agent_exit_ends_the_environment_with_its_status(tmp_path: Path, ray_lab
             (fake_agent.parent / "exit-code").unlink()
             h2 = await launcher.launch(_request("e2-exit"))
             await _until(launcher, h2, "running")
-            assert ray.available_resources().get("CPU", 0) == 0
+            assert ray.available_resources().get("CPU", 0) == 0  # type: ignore[no-untyped-call]
             await launcher.stop(h2)
         finally:
             await launcher.close()
@@ -402,7 +402,7 @@ def test_experiment_on_a_ray_cluster(tmp_path: Path, ray_lab: RayLab, reuse: boo
     _, exp_dir = _ray_experiment(tmp_path, service, trials=5, concurrency=2)
     st = run_experiment(exp_dir, timeout=180, **FAST)
     _assert_all_succeeded(st, 5)
-    envs = {t.environment_id for t in st.trials.values()}
+    envs = {str(t.environment_id) for t in st.trials.values()}
     if reuse:
         assert 1 <= len(envs) <= 2  # at most one environment per concurrent trial, each running several
     else:
@@ -430,6 +430,7 @@ def test_trial_whose_actor_is_killed_fails_with_the_reason(tmp_path: Path, ray_l
 
         wait_until(running, 120)
         (trial,) = read_state(exp_dir).trials.values()
+        assert trial.environment_id is not None
         ray.kill(ray.get_actor(trial.environment_id, namespace=f"nnix-{exp_id}"))  # the manager's connection
         killed.append(trial.environment_id)
 
@@ -619,7 +620,7 @@ def test_the_actor_needs_only_ray_on_the_nodes(tmp_path: Path, ray_env: dict[str
     from nnix.services.ray import _actor_class
 
     pickled = tmp_path / "actor.pkl"
-    pickled.write_bytes(cloudpickle.dumps(_actor_class()))
+    pickled.write_bytes(cloudpickle.dumps(_actor_class()))  # type: ignore[no-untyped-call]
     check = (
         "import sys\n"
         "class NoNnix:\n"

@@ -32,7 +32,7 @@ from nnix.testing.experiments import make_experiment, manager_for, run_experimen
 from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab
 
-FAST = {"connect_timeout": 3.0}
+FAST: dict[str, Any] = {"connect_timeout": 3.0}
 
 
 def _trial(code: Path, steps: int, step_s: float, hold: tuple[list[str], Path] | None = None) -> None:

@@ -476,7 +476,7 @@ def test_experiment_on_slurm(tmp_path: Path, lab: SlurmLab, reuse: bool) -> None
     assert len(st.trials) == 5
     assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values()), [t.message for t in st.trials.values()]
     jobs = _jobs(lab, exp_id)
-    envs = {t.environment_id for t in st.trials.values()}
+    envs = {str(t.environment_id) for t in st.trials.values()}
     if reuse:
         assert 1 <= len(envs) <= 2  # at most one job per concurrent trial, each running several
     else:
@@ -487,7 +487,7 @@ def test_experiment_on_slurm(tmp_path: Path, lab: SlurmLab, reuse: bool) -> None
         assert sum(m.type is MetricType.FINAL for m in t.metrics) == 1
         out = Path(str(t.output_dir))
         assert out == exp_dir / "slurm" / "trials" / t.trial_id  # read by the manager where the job wrote it
-        job = _job_of(lab, exp_id, t.environment_id)
+        job = _job_of(lab, exp_id, str(t.environment_id))
         assert f"job {job}" in (out / "trial.stdout").read_text()  # it ran inside that Slurm job
     wait_until(lambda: all(state in ("COMPLETED", "CANCELLED") for state, _ in _jobs(lab, exp_id).values()), 30)
     assert set(_jobs(lab, exp_id)) == set(jobs)  # every job over, no job left behind
@@ -510,7 +510,7 @@ def test_trial_whose_job_is_cancelled_outside_fails_with_the_reason(tmp_path: Pa
     th = _run_in_background(exp_dir, result)
     wait_until(_running_trial(exp_dir), 120)
     (trial,) = read_state(exp_dir).trials.values()
-    job = _job_of(lab, exp_id, trial.environment_id)
+    job = _job_of(lab, exp_id, str(trial.environment_id))
     lab.run("scancel", job)
     th.join(120)
     st = result["st"]
@@ -526,7 +526,7 @@ def test_trial_killed_by_the_time_limit_fails_with_timeout(tmp_path: Path, lab: 
     th = _run_in_background(exp_dir, result)
     wait_until(_running_trial(exp_dir), 120)
     (trial,) = read_state(exp_dir).trials.values()
-    job = _job_of(lab, exp_id, trial.environment_id)
+    job = _job_of(lab, exp_id, str(trial.environment_id))
     lab.run("scontrol", "update", f"JobId={job}", "TimeLimit=0")
     th.join(150)
     st = result["st"]

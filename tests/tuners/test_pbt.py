@@ -43,7 +43,7 @@ class TestPBTContract(TunerContract):
 
 
 class TestPBTDefaultsContract(TestPBTContract):
-    tuner_factory = staticmethod(lambda: PBTTuner())
+    tuner_factory = staticmethod(lambda **_: PBTTuner())
     root = "checkpoint"
     rounds = 8
 

@@ -252,6 +252,7 @@ def test_csrf_from_other_origins_changes_nothing(browser: Any, experiment: tuple
         outcomes: list[str] = []  # one per request the browser made to the manager: sent and answered, or not
         for origin in (cross, same_site):
             host, p = origin.server_address[:2]
+            assert isinstance(host, str)
             page = browser.new_page()
             for event in ("requestfinished", "requestfailed"):
                 page.on(event, lambda r, e=event: outcomes.append(f"{e} {r.method} {r.url} {r.failure or ''}")
