@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from nnix.services import rayguardian
@@ -29,9 +31,13 @@ def _start(tmp_path: Path, argv: list[str], grace: float = 0.5) -> tuple[int, in
     return ctl_w, st_r, log
 
 
-def _line(fd: int) -> dict[str, object]:
+def _line(fd: int, timeout: float = 30.0) -> dict[str, object]:
+    """The guardian's next status line (within ``timeout`` seconds)."""
     line = b""
+    deadline = time.monotonic() + timeout
     while not line.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"no status line from the guardian within {timeout:g} s (so far {line!r})"
         chunk = os.read(fd, 1)
         assert chunk, f"the guardian closed its status pipe after {line!r}"
         line += chunk
