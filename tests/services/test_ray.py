@@ -266,7 +266,9 @@ def test_launch_runs_the_agent_and_stop_kills_it_with_its_trials(tmp_path: Path,
             assert args.split() == ["-m", "nnix.agent", "--url", "http://127.0.0.1:9", "--environment", "e1-abc123",
                                     "--poll-interval", "0.1"]
             assert _alive(agent) and _alive(trial)
-            assert "fake agent: something went wrong" in launcher.log_path(h).read_text()
+            # the agent records itself before it writes to its log: under load the line may come a moment later
+            wait_until(lambda: "fake agent: something went wrong" in launcher.log_path(h).read_text(), 30,
+                       "the agent's output in its log", show=lambda: launcher.log_path(h).read_text())
             await launcher.stop(h)
             assert (await launcher.poll([h]))[h] == EnvStatus("ended", "stopped")
             wait_until(lambda: not _alive(agent) and not _alive(trial), 15)  # the trial's own session too
