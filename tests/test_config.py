@@ -440,6 +440,7 @@ def test_cross_field_rules_pass_when_satisfied(tmp_path: Path) -> None:
     data = {**base(tmp_path), "trialGpuNumber": 1}
     data["trainingService"] = {"platform": "local", "useActiveGpu": False, "maxTrialNumberPerGpu": 2}
     config = parse_config(data, tmp_path).config
+    assert isinstance(config.training_service, LocalConfig)
     assert config.training_service.use_active_gpu is False
     assert config.training_service.max_trial_number_per_gpu == 2
 

@@ -37,6 +37,13 @@ def setting(key: str, value: str) -> str:
     return "\n".join([*lines, f"{key}: {value}"]) + "\n"
 
 
+def missing_space_file(d: Path) -> Path:
+    """A config whose ``searchSpaceFile`` names a file that is not there."""
+    space_file("s.json", "{}")(d)
+    (d / "s.json").unlink()
+    return d / "config.yml"
+
+
 def with_space(space: str) -> str:
     """VALID with the inline search space replaced by ``space`` (YAML/JSON text)."""
     _, _, rest = VALID.partition("trialCommand:")
@@ -181,7 +188,7 @@ CORPUS: list[tuple[str, Content, list[str]]] = [
     ("NaN bound", with_space("{x: {_type: uniform, _value: [.nan, 1]}}"), ["searchSpace.x._value", "finite"]),
     ("choices nested 17 deep", with_space(nested_choice_yaml(17)), ["searchSpace.x._value", "nested more than 16"]),
     ("inline and file", VALID + "searchSpaceFile: s.json\n", ["searchSpaceFile", "not both"]),
-    ("space file missing", lambda d: (space_file("s.json", "{}")(d) and (d / "s.json").unlink()) or d / "config.yml",
+    ("space file missing", missing_space_file,
      ["searchSpaceFile", "does not exist", "relative to the config file"]),
     ("space file a directory", space_file("s.json", None), ["searchSpaceFile", "is a directory"]),
     ("space file duplicate keys", space_file("s.json", '{"x": {"_type": "choice", "_value": [1]}, "x": {}}'),

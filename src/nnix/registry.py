@@ -11,6 +11,7 @@ never shadow. NNI's NAS-only tuners are refused by name with a clear error.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import inspect
 import sys
@@ -45,7 +46,14 @@ NAS_HINT = ("nnix runs hyper-parameter tuning only (NNI's NAS is not part of it)
 
 def builtin(kind: Kind) -> dict[str, str]:
     """Names (lower-case) of ``kind`` installed by entry point, mapped to ``module:Class``."""
-    return {ep.name.lower(): ep.value for ep in entry_points(group=GROUPS[kind])}
+    return dict(_installed(GROUPS[kind]))
+
+
+@functools.cache
+def _installed(group: str) -> tuple[tuple[str, str], ...]:
+    # scanning every installed distribution takes tens of milliseconds: once per process (what is
+    # installed does not change under a running nnix; `nnix algo register` keeps its own file)
+    return tuple((ep.name.lower(), ep.value) for ep in entry_points(group=group))
 
 
 def user_algorithms_file() -> Path:

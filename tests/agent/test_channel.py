@@ -136,7 +136,7 @@ def test_a_huge_line_is_not_read_again_on_every_call(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(_line(0, 0.1) + b'{"type": "FINAL", "value": "' + b"x" * (5 * 1024 * 1024))
     reader = MetricReader(path)
-    offsets = []
+    offsets: list[int] = []
     got = []
     while not reader.at_eof or not offsets:
         got += reader.read_new()

@@ -20,6 +20,7 @@ from nnix.agent.client import EXIT_OK, EXIT_TOKEN, EXIT_VERSION, AgentClient, Co
 from nnix.agent.protocol import Attach, Hello, Kill, Message, Run, Shutdown
 from nnix.agent.runner import Exited, Metrics, Started, TrialSpec, _group_alive
 from nnix.services.agent_server import AgentServer
+from nnix.testing import wait_until_async
 
 CUT_SECONDS = 3.0  # the 30 s cut, shortened: what matters is that requests fail and get re-sent
 
@@ -46,13 +47,9 @@ class Recorder:
         return [i for m in self.of(Metrics, trial_id) for i, _ in m.items]
 
     async def wait_for(self, cls: type[Any], trial_id: str, timeout: float = 60.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = self.of(cls, trial_id)
-            if found:
-                return found[0]
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"no {cls.__name__} for {trial_id}; got {self.messages}")
+        found = await wait_until_async(lambda: self.of(cls, trial_id), timeout, f"a {cls.__name__} for {trial_id}",
+                                       show=lambda: self.messages)
+        return found[0]
 
 
 class Proxy:
@@ -163,8 +160,7 @@ def test_metrics_reported_during_a_cut_arrive_exactly_once(tmp_path: Path) -> No
         try:
             ep = server.endpoint("env-1")
             assert ep is not None
-            while not rec.hellos:
-                await asyncio.sleep(0.01)
+            await wait_until_async(lambda: rec.hellos, 60, "the agent's hello")
             ep.send(Run(spec))
             await rec.wait_for(Started, "T1")
             deadline = time.monotonic() + 60
@@ -172,8 +168,7 @@ def test_metrics_reported_during_a_cut_arrive_exactly_once(tmp_path: Path) -> No
                 assert time.monotonic() < deadline, "no metrics arrived"
                 await asyncio.sleep(0.01)
             proxy.lose_next_ack = True  # the manager applies a batch but its answer never arrives
-            while proxy.lost_acks == 0:
-                await asyncio.sleep(0.01)
+            await wait_until_async(lambda: proxy.lost_acks > 0, 60, "a lost answer")
             await proxy.cut(CUT_SECONDS)  # trial keeps reporting meanwhile
             exited = await rec.wait_for(Exited, "T1", timeout=30)
             assert exited.exit_code == 0
@@ -234,8 +229,7 @@ def test_kill_shutdown_without_kill_then_attach_by_another_agent(tmp_path: Path)
         assert ep is not None
         first = asyncio.create_task(_client(server.url, token).run())
         try:
-            while not rec.hellos:
-                await asyncio.sleep(0.01)
+            await wait_until_async(lambda: rec.hellos, 60, "the agent's hello")
             ep.send(Run(victim))
             ep.send(Run(long_trial))
             started_v = await rec.wait_for(Started, "V")
@@ -244,8 +238,7 @@ def test_kill_shutdown_without_kill_then_attach_by_another_agent(tmp_path: Path)
             killed = await rec.wait_for(Exited, "V")
             assert killed.exit_code is None and killed.signal is not None
             assert await _gone(started_v.pid)  # the whole tree (the trial and its `sleep`)
-            while len(rec.indices("L")) < 5:
-                await asyncio.sleep(0.02)
+            await wait_until_async(lambda: not (len(rec.indices("L")) < 5), 60, "five metrics of trial L")
             ep.send(Shutdown("manager going away", kill_trials=False))
             assert await asyncio.wait_for(first, 10) == EXIT_OK
             os.killpg(started.pid, 0)  # the trial outlived its agent
@@ -277,8 +270,7 @@ def test_retired_environment_kills_its_trials_and_exits(tmp_path: Path) -> None:
         assert ep is not None
         task = asyncio.create_task(_client(server.url, token, kill_grace=1.0).run())
         try:
-            while not rec.hellos:
-                await asyncio.sleep(0.01)
+            await wait_until_async(lambda: rec.hellos, 60, "the agent's hello")
             ep.send(Run(spec))
             started = await rec.wait_for(Started, "R")
             server.retire("env-1", "host lost")

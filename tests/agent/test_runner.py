@@ -18,6 +18,7 @@ from nnix.agent.runner import (
     TrialSpec,
     read_exit_code,
 )
+from nnix.testing import wait_until_async
 
 
 def _spec(tmp_path: Path, tid: str, command: str) -> TrialSpec:
@@ -48,8 +49,7 @@ def test_exit_code_metrics_and_files(tmp_path: Path) -> None:
         runner = TrialRunner(events.append, poll_interval=0.05)
         started = await runner.start(_spec(tmp_path, "T1", trial))
         assert isinstance(started, Started) and started.pid > 0 and started.pid_start
-        while not any(isinstance(e, Exited) for e in events):
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "the trial's exit")
 
     asyncio.run(main())
     metrics = [item for e in events if isinstance(e, Metrics) for item in e.items]
@@ -81,8 +81,7 @@ def test_kill_takes_the_whole_process_tree(tmp_path: Path) -> None:
         # SIGKILL after the grace period: kill returns without waiting for the group (which ignores TERM and would
         # live 60 s); the guard only catches a hang
         await asyncio.wait_for(runner.kill("T2"), 30)
-        while not any(isinstance(e, Exited) for e in events):
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "the killed trial's exit")
 
     asyncio.run(main())
     grandchild = int(pidfile.read_text())
@@ -110,16 +109,15 @@ def test_reattach_after_the_watcher_is_gone(tmp_path: Path) -> None:
     async def main() -> None:
         runner = TrialRunner(first.append, poll_interval=0.05)
         started = await runner.start(_spec(tmp_path, "T3", trial))
-        while sum(len(e.items) for e in first if isinstance(e, Metrics)) < 2:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: sum(len(e.items) for e in first if isinstance(e, Metrics)) >= 2, 60,
+                               "two metrics")
         await runner.close(kill=False)
         assert _pid_alive(started.pid)
         go.touch()
         again = TrialRunner(second.append, poll_interval=0.05)
         # index 0 was recorded before the "crash"; index 1 was not
         await again.attach("T3", tmp_path / "T3", started.pid, started.pid_start, after_index=0)
-        while not any(isinstance(e, Exited) for e in second):
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in second), 60, "the re-attached trial's exit")
 
     asyncio.run(main())
     items = [item for e in second if isinstance(e, Metrics) for item in e.items]
@@ -137,14 +135,13 @@ def test_attach_to_a_trial_that_ended_meanwhile(tmp_path: Path) -> None:
         runner = TrialRunner(lambda e: None, poll_interval=0.05)
         started = await runner.start(spec)
         await runner.close(kill=False)
-        while _pid_alive(started.pid) and os.path.exists(f"/proc/{started.pid}"):
-            await asyncio.sleep(0.01)
-        while read_exit_code(spec.output_dir / CHANNEL_DIRNAME) is None:  # its exit status is on disk
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: not (_pid_alive(started.pid) and os.path.exists(f"/proc/{started.pid}")), 60,
+                               "the trial's end")
+        await wait_until_async(lambda: read_exit_code(spec.output_dir / CHANNEL_DIRNAME) is not None, 60,
+                               "its exit status on disk")
         again = TrialRunner(events.append, poll_interval=0.05)
         await again.attach("T4", spec.output_dir, started.pid, started.pid_start, after_index=-1)
-        while not any(isinstance(e, Exited) for e in events):
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "the re-attached trial's exit")
 
     asyncio.run(main())
     assert [m["value"] for e in events if isinstance(e, Metrics) for _, m in e.items] == [1]

@@ -29,6 +29,7 @@ from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialSt
 from nnix.experiment import build_manager
 from nnix.home import STORE_NAME
 from nnix.store.sqlite import SqliteStore
+from nnix.testing import wait_until_async as until
 from nnix.testing.experiments import make_experiment
 
 SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}, "opt": {"_type": "choice", "_value": ["a", "b"]}}
@@ -40,7 +41,7 @@ def run(coro: Awaitable[Any]) -> Any:
 
 
 def client(app: ApiApp) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)  # type: ignore[arg-type]
 
 
 def _metric(tid: str, mtype: MetricType, seq: int, value: Any, index: int, pid: int | None) -> MetricReported:
@@ -114,14 +115,6 @@ async def running(exp_dir: Path) -> AsyncIterator[ExperimentManager]:
         manager.request_stop()
         await asyncio.wait_for(task, 30)
         manager.store.close()
-
-
-async def until(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 def viewer(exp_dir: Path, read_only: bool = True, token: str | None = None) -> tuple[ExperimentManager, ApiApp]:

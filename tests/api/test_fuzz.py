@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from nnix.api.app import create_app  # noqa: E402
 from nnix.core.state import fold_store  # noqa: E402
 from nnix.experiment import build_manager  # noqa: E402
+from nnix.testing import wait_until_async  # noqa: E402
 from nnix.testing.fuzz import FuzzRequest, requests, route_specs  # noqa: E402
 
 CASES = int(os.environ.get("NNIX_FUZZ_CASES", "2000"))
@@ -57,8 +58,8 @@ def fuzz_manager(exp_dir: Path, cases: int, report: Callable[[str], None] = prin
         return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
     async def until_running() -> list[str]:
-        while not any(t.status.value == "RUNNING" for t in manager.state.trials.values()):
-            await asyncio.sleep(0.05)
+        await wait_until_async(lambda: any(t.status.value == "RUNNING" for t in manager.state.trials.values()), 60,
+                               "a running trial")
         return list(manager.state.trials)
 
     codes: Counter[int] = Counter()

@@ -198,6 +198,7 @@ def test_running_patch_customized_cancel(sleeper: Any, h: Any) -> None:
             assert o["limits"]["trialConcurrency"] == 2 and o["limits"]["maxExperimentDuration"] == 3600
             assert o["status"] == "RUNNING" and o["readOnly"] is False
             seq = m.state.last_seq
+            body: Any
             for body in ({}, [], {"trialConcurrency": 3, "maxTrialNumber": 0}, {"maxTrialDuration": 5},
                          {"searchSpace": {"x": {"_type": "nope"}}}, {"maxExperimentDuration": "soon"}):
                 r = await c.patch(f"{N}/experiment", json=body)

@@ -55,7 +55,8 @@ def test_a_slow_client_is_told_to_resync() -> None:
         for i in range(600):
             c.put(f"m{i}".encode())
         assert c.lagging and c.queue.qsize() == 1
-        assert b"resync" in c.queue.get_nowait()
+        item = c.queue.get_nowait()
+        assert item is not None and b"resync" in item
 
     asyncio.run(go())
 

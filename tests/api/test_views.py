@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ P, F = MetricType.PERIODICAL, MetricType.FINAL
 def test_incremental_summary_equals_a_fresh_one() -> None:
     t = TrialState("t1", 0, 0, {"x": 1}, "algorithm", 1.0)
     scan = MetricScan()
-    steps = [
+    steps: list[Callable[[], object]] = [
         lambda: t.metrics.append(Metric(P, 0, 0.1, 2.0, 0)),
         lambda: t.metrics.append(Metric(P, 1, 0.2, 3.0, 1)),
         lambda: t.metrics.append(Metric(F, 0, 0.9, 4.0, 3)),

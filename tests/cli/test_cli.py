@@ -19,6 +19,7 @@ from nnix.core.state import ExperimentState
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.home import STORE_NAME, Registry, pid_alive, read_state
 from nnix.store.sqlite import SqliteStore
+from nnix.testing import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 NNIX = [sys.executable, "-m", "nnix.cli.main"]
@@ -30,15 +31,6 @@ def nnix(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 def _state(exp_id: str) -> ExperimentState:
     return read_state(Path(Registry().get(exp_id).dir))
-
-
-def _wait(cond: Any, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _created_id(out: str) -> str:
@@ -104,16 +96,16 @@ def test_daemon_update_kill_and_stop(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     exp_id = _created_id(r.stdout)
     try:
-        _wait(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 1)
-        time.sleep(0.3)
+        wait_until(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 1, 30.0)
+        time.sleep(0.3)  # not a wait for an event: the window in which a second trial would wrongly start
         assert _state(exp_id).count(TrialStatus.RUNNING) == 1  # concurrency 1 holds
         assert nnix("update", "concurrency", exp_id, "--value", "2").returncode == 0
-        _wait(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 2)
+        wait_until(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 2, 30.0)
         first = next(iter(_state(exp_id).trials))
         pid = _state(exp_id).trials[first].pid
         k = nnix("trial", "kill", exp_id, "--trial_id", first)
         assert k.returncode == 0, k.stderr
-        _wait(lambda: _state(exp_id).trials[first].status is TrialStatus.USER_CANCELED)
+        wait_until(lambda: _state(exp_id).trials[first].status is TrialStatus.USER_CANCELED, 30.0)
         assert not pid_alive(pid)
     finally:
         s = nnix("stop", exp_id)
@@ -143,13 +135,19 @@ def test_kill_9_then_resume_loses_nothing(tmp_path: Path) -> None:
         running = [t for t in st.trials.values() if t.status is TrialStatus.RUNNING]
         return len(running) == 2 and all(len(t.intermediate) >= 3 for t in running)
 
-    _wait(two_running_with_metrics)
+    wait_until(two_running_with_metrics, 30.0)
     st = _state(exp_id)
     os.kill(st.manager_pid or 0, signal.SIGKILL)
-    _wait(lambda: not pid_alive(st.manager_pid))
+    wait_until(lambda: not pid_alive(st.manager_pid), 30.0)
     running_before = {t.trial_id: t.pid for t in st.trials.values() if t.status is TrialStatus.RUNNING}
     assert all(pid_alive(p) for p in running_before.values())  # trials outlive their manager
-    time.sleep(0.5)  # they keep reporting while no manager listens
+
+    def reported_unheard() -> bool:  # they keep reporting while no manager listens
+        channels = [(Path(str(t.output_dir)) / ".nnix" / "metrics.jsonl", t.last_index) for t in st.trials.values()
+                    if t.trial_id in running_before]
+        return all(c.is_file() and len(c.read_bytes().splitlines()) > last + 1 for c, last in channels)
+
+    wait_until(reported_unheard, 30, "metrics reported while no manager listens")
     listed = nnix("experiment", "list", "--all")
     assert "STOPPED" in listed.stdout
 
@@ -178,7 +176,7 @@ def test_update_limits_import_logs_and_delete(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     exp_id = _created_id(r.stdout)
     try:
-        _wait(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 1)
+        wait_until(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 1, 30.0)
         assert nnix("update", "trialnum", exp_id, "-v", "3").returncode == 0
         assert nnix("update", "duration", exp_id, "-v", "2h").returncode == 0
         bad = nnix("update", "duration", exp_id, "-v", "2x")
@@ -187,7 +185,7 @@ def test_update_limits_import_logs_and_delete(tmp_path: Path) -> None:
         space.write_text(json.dumps({"x": {"_type": "choice", "_value": [7]}}))
         assert nnix("update", "searchspace", exp_id, "-f", str(space)).returncode == 0
         assert nnix("update", "concurrency", exp_id, "-v", "2").returncode == 0
-        _wait(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 2)
+        wait_until(lambda: _state(exp_id).count(TrialStatus.RUNNING) == 2, 30.0)
         st = _state(exp_id)
         assert st.limits["max_trial_number"] == 3 and st.limits["max_experiment_duration"] == 7200
         newest = max(st.trials.values(), key=lambda t: t.sequence_id)

@@ -16,6 +16,7 @@ import pytest
 
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import STORE_NAME, pid_alive, read_state
+from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment
 from nnix.testing.faults import (
     audit,
@@ -24,7 +25,6 @@ from nnix.testing.faults import (
     fast_reporting_config,
     kill_rounds,
     nnix,
-    wait_for,
 )
 
 ROUNDS = 6  # bench/faults.py runs more
@@ -101,7 +101,7 @@ def test_a_full_disk_stops_the_manager_with_its_reason_and_resume_loses_nothing(
             st = read_state(d)
             return st.count(TrialStatus.RUNNING) == 2 and all(len(t.metrics) == 5 for t in st.trials.values())
 
-        wait_for(both_waiting_at_the_gate, 60, "two trials with 5 metrics each")
+        wait_until(both_waiting_at_the_gate, 60, "two trials with 5 metrics each")
         st = read_state(d)
         manager_pid = st.manager_pid
         trial_pids = [t.pid for t in st.trials.values()]
@@ -109,7 +109,7 @@ def test_a_full_disk_stops_the_manager_with_its_reason_and_resume_loses_nothing(
 
         up = nnix("update", "concurrency", exp_id, "--value", "2")  # the manager must record it: no room
         assert up.returncode != 0 and "full" in up.stderr, up.stderr
-        wait_for(lambda: not pid_alive(manager_pid), 30, "the manager to stop")
+        wait_until(lambda: not pid_alive(manager_pid), 30, "the manager to stop")
         assert all(pid_alive(p) for p in trial_pids)  # trials keep running, as after a crash
 
         status = nnix("experiment", "status", exp_id)

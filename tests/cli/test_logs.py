@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 from nnix.agent.runner import TrialSpec
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import Registry, read_state
+from nnix.testing import wait_until
 from nnix.testing.cluster import ProcessClusterService, ProcessLauncher
 from nnix.testing.experiments import make_experiment, run_experiment
 
@@ -73,13 +73,6 @@ def nnix(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*NNIX, *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
 
 
-def _wait(cond: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def _config(tmp_path: Path, trial: str, **extra: Any) -> Path:
     (tmp_path / "trial.py").write_text(trial)
     cfg = {"searchSpace": {"lr": {"_type": "loguniform", "_value": [0.0001, 0.1]}},
@@ -106,7 +99,7 @@ def _get(port: int, path: str) -> Any:
 def test_download_failure_reason_in_rest_trial_ls_log_trial_and_manager_log(tmp_path: Path) -> None:
     exp_id, exp_dir, port = _create(_config(tmp_path, MNIST))
     try:
-        _wait(lambda: read_state(exp_dir).count(TrialStatus.FAILED) == 2)
+        wait_until(lambda: read_state(exp_dir).count(TrialStatus.FAILED) == 2, 60.0)
         st = read_state(exp_dir)
         tid = next(t.trial_id for t in st.trials.values() if t.sequence_id == 0)
         stderr = (exp_dir / "environments/local-env/trials" / tid / "trial.stderr").read_text()
@@ -179,23 +172,23 @@ def _follow(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
 def test_follow_a_trial_until_it_ends_and_the_manager_log_until_the_manager_exits(tmp_path: Path) -> None:
     exp_id, exp_dir, _ = _create(_config(tmp_path, SLOW, maxTrialNumber=1))
     try:
-        _wait(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 1)
+        wait_until(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 1, 60.0)
         tid = next(iter(read_state(exp_dir).trials))
         trial, trial_out = _follow("log", "trial", exp_id, "-T", tid, "--follow")
         manager, manager_out = _follow("log", "manager", exp_id, "-f")
-        _wait(lambda: any("trial started" in ln for ln in trial_out))
-        _wait(lambda: any(f"trial {tid} #0 started" in ln for ln in manager_out))
+        wait_until(lambda: any("trial started" in ln for ln in trial_out), 60.0)
+        wait_until(lambda: any(f"trial {tid} #0 started" in ln for ln in manager_out), 60.0)
         assert trial.poll() is None  # still following a running trial
         (tmp_path / "go").touch()
         assert trial.wait(timeout=60) == 0  # ends by itself once the trial has ended
-        _wait(lambda: "".join(trial_out).endswith("line 2\nno newline at the end"))
-        _wait(lambda: any(f"trial {tid} #0 FAILED" in ln and "no newline at the end (exit code 3)" in ln
-                          for ln in manager_out))
+        wait_until(lambda: "".join(trial_out).endswith("line 2\nno newline at the end"), 60.0)
+        wait_until(lambda: any(f"trial {tid} #0 FAILED" in ln and "no newline at the end (exit code 3)" in ln
+                          for ln in manager_out), 60.0)
         assert manager.poll() is None  # the manager still serves the finished experiment
     finally:
         assert nnix("stop", exp_id).returncode == 0
     assert manager.wait(timeout=60) == 0  # the manager exited: --follow ends
-    _wait(lambda: any("manager exits" in ln for ln in manager_out))
+    wait_until(lambda: any("manager exits" in ln for ln in manager_out), 60.0)
 
 
 @dataclass

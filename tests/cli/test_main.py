@@ -23,6 +23,7 @@ from nnix.core.events import MetricReported, StatusChanged, TrialCreated, TrialE
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.home import STORE_NAME, Registry, home, pid_alive, read_state
 from nnix.store.sqlite import SqliteStore
+from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment
 
 NNIX = [sys.executable, "-m", "nnix.cli.main"]
@@ -32,15 +33,6 @@ LONG_REASON = "ValueError: heldout_validation_loss diverged at epoch 17 " + "x" 
 
 def nnix(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*NNIX, *args], capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
-
-
-def _wait(cond: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _config(tmp_path: Path, trial_body: str, **extra: Any) -> Path:
@@ -116,7 +108,7 @@ def test_a_finished_experiment_holding_a_port_is_listed_named_and_stopped(tmp_pa
     exp_id = r.stdout.split()[1]
     exp_dir = Path(Registry().get(exp_id).dir)
     try:
-        _wait(lambda: read_state(exp_dir, summary=True).status is ExperimentStatus.DONE)
+        wait_until(lambda: read_state(exp_dir, summary=True).status is ExperimentStatus.DONE, 60.0)
         st = read_state(exp_dir, summary=True)
         port = st.manager_port
         assert port and pid_alive(st.manager_pid)  # a finished background manager keeps serving, as NNI's

@@ -12,7 +12,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 import urllib.request
 import zipfile
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 from nnix.core.state import ExperimentState
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import Registry, read_state
+from nnix.testing import wait_until
 
 NNICTL = [sys.executable, "-c", "import sys; sys.argv[0] = 'nnictl'; from nnix.cli.main import main; main()"]
 
@@ -32,15 +32,6 @@ def nnictl(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
            input: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*NNICTL, *args], capture_output=True, text=True, timeout=timeout,
                           env=env or os.environ.copy(), input=input)
-
-
-def _wait(cond: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _state(exp_id: str) -> ExperimentState:
@@ -95,8 +86,8 @@ def stopped(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
     assert r.returncode == 0, r.stderr
     exp_id = next(line.split()[1] for line in r.stdout.splitlines() if line.startswith("Experiment "))
     try:
-        _wait(lambda: _state_in(env, exp_id).count(TrialStatus.SUCCEEDED) == 2
-              and _state_in(env, exp_id).count(TrialStatus.RUNNING) == 1)
+        wait_until(lambda: _state_in(env, exp_id).count(TrialStatus.SUCCEEDED) == 2
+              and _state_in(env, exp_id).count(TrialStatus.RUNNING) == 1, 60.0)
     finally:
         s = nnictl("stop", exp_id, env=env)
     assert s.returncode == 0, s.stderr
@@ -193,6 +184,7 @@ def test_save_load_view_resume_on_another_root(stopped: tuple[str, Path, dict[st
     assert len(st.trials) == 4 and st.count(TrialStatus.SUCCEEDED) == 3
     assert {t.trial_id: t.final_value for t in st.trials.values() if t.trial_id in finals} == finals
     last = max(st.trials.values(), key=lambda t: t.sequence_id)
+    assert last.output_dir is not None
     assert last.status is TrialStatus.SUCCEEDED and last.output_dir.startswith(str(exp_dir))
     assert f"cwd {code_b}" in Path(last.output_dir, "trial.stdout").read_text()
 
@@ -251,7 +243,7 @@ http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
     assert r.returncode == 0, r.stderr
     exp_id = next(line.split()[1] for line in r.stdout.splitlines() if line.startswith("Experiment "))
     try:
-        _wait(lambda: _state(exp_id).count(TrialStatus.SUCCEEDED) == 2)
+        wait_until(lambda: _state(exp_id).count(TrialStatus.SUCCEEDED) == 2, 60.0)
         ids = sorted(_state(exp_id).trials)
         tb = nnictl("tensorboard", "start", exp_id, "--trial_id", ",".join(ids), env=env)
         assert tb.returncode == 0, tb.stderr
@@ -266,7 +258,7 @@ http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
         assert spec == ",".join(f"{i}:{exp_dir}/environments/local-env/trials/{i}/tensorboard" for i in ids)
         stop = nnictl("tensorboard", "stop", exp_id, env=env)
         assert stop.returncode == 0 and "STOPPED" in stop.stdout, stop.stderr
-        _wait(lambda: not _port_open(url))
+        wait_until(lambda: not _port_open(url), 60.0)
         # a second one, left running: stopping the experiment stops it
         tb2 = nnictl("tensorboard", "start", exp_id, "-T", ids[0], env=env)
         assert tb2.returncode == 0, tb2.stderr
@@ -274,7 +266,7 @@ http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()
         assert _port_open(url2)
     finally:
         assert nnictl("stop", exp_id, env=env).returncode == 0
-    _wait(lambda: not _port_open(url2), timeout=15)
+    wait_until(lambda: not _port_open(url2), 15)
     # without TensorBoard installed: a clear error
     bare = {**os.environ, "PATH": "/usr/bin:/bin"}
     v = nnictl("view", exp_id, "--port", "0", env=bare)

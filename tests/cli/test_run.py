@@ -33,6 +33,7 @@ from nnix.core.state import ExperimentState
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.home import Registry, pid_alive, read_state
 from nnix.store.base import Stored
+from nnix.testing import wait_until
 
 NNIX = [sys.executable, "-m", "nnix.cli.main"]
 EXIT_ERROR, EXIT_NO_SUCCESS, EXIT_INTERRUPTED = 3, 4, 130  # documented in the README and `nnix create --help`
@@ -107,15 +108,6 @@ def _first_line(proc: subprocess.Popen[str], timeout: float = 60) -> str:
         if ready:
             return proc.stdout.readline()
     raise AssertionError("no first line in time")
-
-
-def _wait(cond: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _has_gpu() -> bool:
@@ -235,7 +227,7 @@ def test_missing_gpu_in_background_is_listed_and_stoppable(tmp_path: Path) -> No
     exp_id = r.stdout.split()[1]
     exp_dir = Path(Registry().get(exp_id).dir)
     try:
-        _wait(lambda: read_state(exp_dir, summary=True).status.value == "ERROR")
+        wait_until(lambda: read_state(exp_dir, summary=True).status.value == "ERROR", 60.0)
         st = read_state(exp_dir, summary=True)
         listed = nnix("experiment", "list")
         row = next(line for line in listed.stdout.splitlines() if line.startswith(exp_id))
@@ -261,7 +253,7 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path: Path) -> None:
         assert m, first
         exp_id = m.group(1)
         exp_dir = Path(Registry().get(exp_id).dir)
-        _wait(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 1)
+        wait_until(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 1, 60.0)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

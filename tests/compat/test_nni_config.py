@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from nnix.compat.nni_config import format_path, is_v1, normalize_v2, translate, translate_v1
+from nnix.config import LocalConfig
 from nnix.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"
@@ -56,6 +57,7 @@ def test_v1_v2_camel_and_v2_snake_are_the_same_experiment() -> None:
     assert config.experiment_working_directory == DATA.parent / "experiments"
     assert config.tuner.class_name == "nnix_demo_algorithms.DemoTuner"
     assert config.tuner.code_directory == DATA
+    assert isinstance(config.training_service, LocalConfig)
     assert config.training_service.gpu_indices == [0, 1]
     assert config.tuner_gpu_indices == [0]
     # the one field with no effect in nnix is named as each file writes it (NNI's tuner process GPUs)

@@ -7,8 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,15 @@ from nnix.compat.nni_experiment import (
     TrialResult,
     UnknownFieldError,
 )
+from nnix.config import LocalConfig as NativeLocalConfig
+from nnix.config import RemoteConfig as NativeRemoteConfig
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, pid_alive, read_state
+from nnix.testing import wait_until
+from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab, unavailable
 
 SRC = Path(nnix.__file__).resolve().parents[1]
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 TRIAL = """import os, time, nni
 hold = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hold")
 params = nni.get_next_parameter()
@@ -47,16 +49,6 @@ while os.path.exists(hold) and time.monotonic() < deadline:  # the test holds tr
 nni.report_intermediate_result(params["x"])
 nni.report_final_result(params["x"] * 2)
 """
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def state_of(exp_id: str, trials: bool = False) -> Any:
@@ -89,14 +81,22 @@ def code_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def config_of(exp: Experiment) -> ExperimentConfig:
+    """The experiment's config (None only for an experiment attached by id)."""
+    assert exp.config is not None
+    return exp.config
+
+
 def quickstart(exp: Experiment, trials: int = 3) -> Experiment:
-    exp.config.trial_command = f"{sys.executable} trial.py"
-    exp.config.trial_code_directory = "."
-    exp.config.search_space = SPACE
-    exp.config.tuner.name = "TPE"
-    exp.config.tuner.class_args["optimize_mode"] = "maximize"
-    exp.config.max_trial_number = trials
-    exp.config.trial_concurrency = 2
+    config = config_of(exp)
+    config.trial_command = f"{sys.executable} trial.py"
+    config.trial_code_directory = "."
+    config.search_space = SPACE
+    assert config.tuner is not None
+    config.tuner.name = "TPE"
+    config.tuner.class_args["optimize_mode"] = "maximize"
+    config.max_trial_number = trials
+    config.trial_concurrency = 2
     return exp
 
 
@@ -110,6 +110,7 @@ def test_a_config_is_built_attribute_by_attribute_with_nni_defaults(code_dir: Pa
     assert config.trial_code_directory == "." and config.use_annotation is False and config.debug is False
     assert config.experiment_working_directory == "~/nni-experiments"
     assert config.training_service.max_trial_number_per_gpu == 1 and config.training_service.use_active_gpu is None
+    assert config.tuner is not None
     assert config.tuner.name is None and config.tuner.class_args == {}  # placeholders until touched
     config.trial_command = "python3 trial.py"
     config.search_space = SPACE
@@ -134,8 +135,10 @@ def test_a_config_is_built_attribute_by_attribute_with_nni_defaults(code_dir: Pa
     other = ExperimentConfig(trial_command="x", trialConcurrency=1, search_space={},
                              tuner=AlgorithmConfig(name="Random"),
                              training_service={"platform": "local", "gpu_indices": "0"})
-    assert other.validate().config.training_service.gpu_indices == [0]
+    validated = other.validate().config.training_service
+    assert isinstance(validated, NativeLocalConfig) and validated.gpu_indices == [0]
     hybrid = ExperimentConfig(["local", "remote"])
+    assert isinstance(hybrid.training_service, list)
     assert [type(s) for s in hybrid.training_service] == [LocalConfig, RemoteConfig]
     custom = CustomAlgorithmConfig(class_name="my_tuner.MyTuner")
     assert custom.code_directory == "."
@@ -144,7 +147,7 @@ def test_a_config_is_built_attribute_by_attribute_with_nni_defaults(code_dir: Pa
 def test_a_remote_config_is_built_attribute_by_attribute(code_dir: Path) -> None:
     (code_dir / "id_key").write_text("not a real key\n")
     experiment = quickstart(Experiment("remote"))
-    ts = experiment.config.training_service
+    ts = config_of(experiment).training_service
     assert isinstance(ts, RemoteConfig) and ts.machine_list == []
     ts.machine_list.append(RemoteMachineConfig(host="10.0.0.5", user="alice", ssh_key_file="id_key"))
     machine = RemoteMachineConfig()
@@ -156,7 +159,8 @@ def test_a_remote_config_is_built_attribute_by_attribute(code_dir: Path) -> None
     ts.machine_list.append(machine)
     ts.trust_unknown_hosts = True  # nnix's own field of the platform
     assert machine.ssh_key_file == "~/.ssh/id_rsa"  # NNI's default, shown
-    native = experiment.config.validate().config.training_service
+    native = config_of(experiment).validate().config.training_service
+    assert isinstance(native, NativeRemoteConfig)
     assert native.platform == "remote"
     assert [m.label for m in native.machine_list] == ["alice@10.0.0.5:22", "bob@10.0.0.6:2222"]
     assert native.machine_list[0].ssh_key_file == code_dir / "id_key"  # relative to the current directory
@@ -164,9 +168,9 @@ def test_a_remote_config_is_built_attribute_by_attribute(code_dir: Path) -> None
     assert password is not None and password.get_secret_value() == "secret"
     assert native.trust_unknown_hosts is True
     # a whole list assigned at once, as NNI's docs write it; dicts become machine objects
-    ts.machine_list = [{"host": "h", "user": "u", "port": 70000}]
+    ts.machine_list = [{"host": "h", "user": "u", "port": 70000}]  # type: ignore[list-item]  # NNI takes dicts
     with pytest.raises(NniConfigError) as e:
-        experiment.config.validate()
+        config_of(experiment).validate()
     assert "training_service.machine_list[0].port: input should be less than or equal to 65535" in str(e.value)
 
 
@@ -189,6 +193,7 @@ def test_errors_name_the_fields_as_written_and_are_typed(code_dir: Path) -> None
     config = ExperimentConfig("local")
     config.trial_command = "python3 trial.py"
     config.search_space = {"x": {"_type": "uniform", "_value": [1]}}
+    assert config.tuner is not None and isinstance(config.training_service, LocalConfig)
     config.tuner.name = "TPEE"
     config.training_service.max_trial_number_per_gpu = 2
     with pytest.raises(NniConfigError) as e:
@@ -201,7 +206,7 @@ def test_errors_name_the_fields_as_written_and_are_typed(code_dir: Path) -> None
         assert line in text, text
     assert "- trialConcurrency" not in text  # snake_case, as the user wrote it
     with pytest.raises(UnknownFieldError, match="did you mean 'trial_concurrency'"):
-        config.trial_concurency = 2  # type: ignore[attr-defined]
+        config.trial_concurency = 2
     with pytest.raises(AttributeError, match="LocalConfig has no field 'machine_list'"):
         config.training_service.machine_list = []
     with pytest.raises(NotSupportedByNnixError, match=r"platform 'aml' \(Azure ML\) is not supported by nnix"):
@@ -214,15 +219,15 @@ def test_errors_name_the_fields_as_written_and_are_typed(code_dir: Path) -> None
         config.experiment_type = "nas"
     with pytest.raises(NniConfigError, match="looks like a config file"):
         Experiment("config.yml")
-    shared = quickstart(Experiment("local")).config
-    shared.shared_storage = {"storage_type": "NFS"}
+    shared = config_of(quickstart(Experiment("local")))
+    shared.shared_storage = {"storage_type": "NFS"}  # type: ignore[assignment]  # NNI takes a dict
     with pytest.raises(NniConfigError, match="shared_storage: sharedStorage is not supported by nnix"):
         shared.validate()
 
 
 def test_a_bad_config_leaves_nothing_behind(code_dir: Path, nnix_home: Path) -> None:
     experiment = quickstart(Experiment("local"))
-    experiment.config.trial_concurrency = 0
+    config_of(experiment).trial_concurrency = 0
     with pytest.raises(NniConfigError, match="trial_concurrency: input should be greater than 0"):
         experiment.run(port=0)
     assert Registry().all() == [] and experiment.port is None
@@ -254,11 +259,11 @@ def test_run_export_resume_view_and_the_rest_wrappers(code_dir: Path) -> None:
     assert profile["id"] == exp_id and profile["params"]["maxTrialNumber"] == 3
     meta = experiment.get_experiment_metadata(exp_id)
     assert meta is not None and meta["status"] == "DONE" and meta["port"] == experiment.port
-    assert Experiment.connect(experiment.port).id == exp_id
+    assert experiment.port is not None and Experiment.connect(experiment.port).id == exp_id
     manager = state_of(exp_id).manager_pid
     experiment.stop()
     assert not pid_alive(manager) and experiment.port is None
-    wait_for("the watcher to leave", lambda: not watchers_of(exp_id))
+    wait_until(lambda: not watchers_of(exp_id), 60.0, "the watcher to leave")
 
     # resume (NNI's class form, not waiting), raise the budget, change limits at run time
     (code_dir / "hold").touch()
@@ -271,11 +276,11 @@ def test_run_export_resume_view_and_the_rest_wrappers(code_dir: Path) -> None:
     resumed.update_max_trial_number(5)
     params = resumed.get_experiment_profile()["params"]
     assert (params["maxTrialNumber"], params["trialConcurrency"], params["maxExperimentDuration"]) == (5, 1, "3600s")
-    running = wait_for("a held trial", lambda: [j for j in resumed.list_trial_jobs() if j.status == "RUNNING"])
+    running = wait_until(lambda: [j for j in resumed.list_trial_jobs() if j.status == "RUNNING"], 60.0, "a held trial")
     resumed.kill_trial_job(running[0].trialJobId)
-    wait_for("the kill", lambda: resumed.get_trial_job(running[0].trialJobId).status == "USER_CANCELED")
+    wait_until(lambda: resumed.get_trial_job(running[0].trialJobId).status == "USER_CANCELED", 60.0, "the kill")
     (code_dir / "hold").unlink()
-    wait_for("the end", lambda: resumed.get_status() == "DONE" and len(resumed.list_trial_jobs()) == 5)
+    wait_until(lambda: resumed.get_status() == "DONE" and len(resumed.list_trial_jobs()) == 5, 60.0, "the end")
     assert sorted(j.sequenceId for j in resumed.list_trial_jobs()) == [0, 1, 2, 3, 4]  # numbers continue
     new = [r.value for r in resumed.export_data()][3:]  # the killed trial has no result
     assert len(new) == 1 and 4 <= new[0] <= 6  # drawn from the new space
@@ -353,8 +358,9 @@ def test_ctrl_c_stops_run_cleanly(code_dir: Path) -> None:
     proc = launcher(code_dir, "4", "run", start_new_session=True)
     assert proc.stdout is not None
     exp_id = proc.stdout.readline().split()[1]
-    wait_for("running trials", lambda: Registry().all() and state_of(exp_id, True).count(TrialStatus.RUNNING) == 2)
-    wait_for("start() to return", lambda: watchers_of(exp_id))  # its last step starts the watcher
+    wait_until(lambda: Registry().all() and state_of(exp_id, True).count(TrialStatus.RUNNING) == 2, 60.0,
+               "running trials")
+    wait_until(lambda: watchers_of(exp_id), 60.0, "start() to return")  # its last step starts the watcher
     trial_pids = [t.pid for t in state_of(exp_id, True).trials.values() if t.pid]
     assert len(trial_pids) == 2
     os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C goes to the whole foreground group
@@ -364,7 +370,7 @@ def test_ctrl_c_stops_run_cleanly(code_dir: Path) -> None:
     state = state_of(exp_id, True)
     assert state.status.value == "STOPPED" and gone(exp_id)
     assert {t.status.value for t in state.trials.values()} == {"USER_CANCELED"}
-    wait_for("the trials to end", lambda: not any(pid_alive(p) for p in trial_pids))
+    wait_until(lambda: not any(pid_alive(p) for p in trial_pids), 60.0, "the trials to end")
 
 
 def test_a_killed_launcher_does_not_leave_its_experiment_running(code_dir: Path) -> None:
@@ -372,12 +378,12 @@ def test_a_killed_launcher_does_not_leave_its_experiment_running(code_dir: Path)
     proc = launcher(code_dir, "4", "start", stdin=subprocess.PIPE)
     assert proc.stdout is not None
     exp_id = proc.stdout.readline().split()[1]
-    wait_for("the start", lambda: "STARTED" in proc.stdout.readline())  # type: ignore[union-attr]
+    wait_until(lambda: "STARTED" in proc.stdout.readline(), 60.0, "the start")  # type: ignore[union-attr]
     manager = state_of(exp_id).manager_pid
     assert pid_alive(manager) and watchers_of(exp_id)
     proc.kill()  # kill -9: no atexit; the watcher sees the launcher's end
     proc.communicate(timeout=30)
-    wait_for("the watcher to stop the experiment", lambda: gone(exp_id))
+    wait_until(lambda: gone(exp_id), 60.0, "the watcher to stop the experiment")
     assert state_of(exp_id).status.value == "STOPPED"
 
 
@@ -400,8 +406,9 @@ def ssh_host() -> Iterator[SshHost]:
 
 def test_a_remote_experiment_built_attribute_by_attribute_runs_over_ssh(code_dir: Path, ssh_host: SshHost) -> None:
     experiment = quickstart(Experiment("remote"), trials=2)
-    experiment.config.trial_command = "python3 trial.py"  # the host's Python, with nnix's nni uploaded
-    ts = experiment.config.training_service
+    config_of(experiment).trial_command = "python3 trial.py"  # the host's Python, with nnix's nni uploaded
+    ts = config_of(experiment).training_service
+    assert isinstance(ts, RemoteConfig)
     machine = RemoteMachineConfig()
     machine.host = ssh_host.host
     machine.port = ssh_host.port
@@ -457,4 +464,4 @@ def make():
     assert "done 2" in outputs[2] and "stopped None" in outputs[3], outputs
     second_id = outputs[4].split("left running ", 1)[1].split()[0]
     assert gone(first_id) and state_of(first_id).status.value == "DONE"
-    wait_for("the kernel's end to stop the second experiment", lambda: gone(second_id))
+    wait_until(lambda: gone(second_id), 60.0, "the kernel's end to stop the second experiment")

@@ -25,7 +25,9 @@ from nnix.core.events import TrialCreated, TrialStarted
 from nnix.core.state import ExperimentState, TrialState
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.home import read_state
+from nnix.testing import wait_until, wait_until_async
 from nnix.testing.experiments import detach_when, make_experiment, manager_for, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 
 PY = sys.executable
 MODE_ENV = "NNIX_CONTAINMENT"
@@ -35,7 +37,6 @@ def _cgroups_here() -> bool:
     from nnix.agent.containment import _cgroup_parent
 
     return _cgroup_parent() is not None
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 HEAD = (
     "import nni, os, sys, time, json, signal, subprocess\n"
     "p = nni.get_next_parameter()\n"
@@ -96,15 +97,6 @@ def _live(pid: int) -> bool:
     return data[data.rfind(b")") + 2 :][:1] != b"Z"
 
 
-def _wait(cond: Any, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return bool(cond())
-
-
 @contextlib.contextmanager
 def _reaping(pidfile: Path) -> Iterator[None]:
     """Kill what the test's trial left behind, whatever the outcome (so a failing run leaks nothing)."""
@@ -127,7 +119,8 @@ async def _detail(exp_dir: Path, trial_id: str) -> dict[str, Any]:
     manager = manager_for(exp_dir)
     app = create_app(manager, read_only=True)
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
+        transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # ApiApp takes scope as a dict
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
             r = await c.get(f"/api/nnix/v1/trials/{trial_id}")
             assert r.status_code == 200, r.text
             listed = await c.get("/api/nnix/v1/trials")
@@ -308,8 +301,7 @@ def test_customized_trials_wait_for_a_concurrency_slot(tmp_path: Path) -> None:
 
     async def main() -> None:
         task = asyncio.ensure_future(m.run())
-        while m.state.status is not ExperimentStatus.RUNNING:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: m.state.status is ExperimentStatus.RUNNING, 60, "the experiment to run")
         for i in range(20):
             m.add_customized_trial({"x": i / 20})
         await asyncio.wait_for(task, 90)
@@ -352,7 +344,7 @@ def test_leftover_processes_are_killed_when_the_trial_succeeds(tmp_path: Path, c
         assert t.status is TrialStatus.SUCCEEDED and st.status is ExperimentStatus.DONE
         pids = _pids(pidfile)
         assert len(pids) == 2
-        assert _wait(lambda: not any(_live(p) for p in pids), 10), [p for p in pids if _live(p)]
+        wait_until(lambda: not any(_live(p) for p in pids), 10, show=lambda: [p for p in pids if _live(p)])
         assert t.warnings == ["killed 2 leftover processes"]
 
 
@@ -379,7 +371,7 @@ def test_leftover_processes_are_killed_on_stop(tmp_path: Path, containment: str)
         st = read_state(d)
         assert st.status is ExperimentStatus.STOPPED
         pids = _pids(pidfile)
-        assert _wait(lambda: not any(_live(p) for p in pids), 10), [p for p in pids if _live(p)]
+        wait_until(lambda: not any(_live(p) for p in pids), 10, show=lambda: [p for p in pids if _live(p)])
         t = _only(st)
         assert t.status is TrialStatus.USER_CANCELED or t.status.is_terminal
         assert "killed 1 leftover process" in t.warnings  # the detached one; its sibling went with the group
@@ -393,13 +385,13 @@ def test_leftovers_of_a_trial_that_ended_while_no_manager_watched(tmp_path: Path
         detach_when(d, lambda: len(_pids(pidfile)) == 2, timeout=30)
         out = Path(_only(read_state(d)).output_dir or "")
         flag.touch()  # the trial ends while no manager runs
-        assert _wait(lambda: (out / ".nnix" / "exitcode").exists(), 30)
+        wait_until(lambda: (out / ".nnix" / "exitcode").exists(), 30)
         pids = _pids(pidfile)
         if containment == "auto" and _cgroups_here():
             # in a cgroup the trial's own wrapper kills them: no manager needed
-            assert _wait(lambda: not any(_live(p) for p in pids), 10), [p for p in pids if _live(p)]
+            wait_until(lambda: not any(_live(p) for p in pids), 10, show=lambda: [p for p in pids if _live(p)])
         st = run_experiment(d, action="resume")  # re-attached: the watcher finds the trial over
         t = _only(st)
         assert t.status is TrialStatus.SUCCEEDED
-        assert _wait(lambda: not any(_live(p) for p in pids), 10), [p for p in pids if _live(p)]
+        wait_until(lambda: not any(_live(p) for p in pids), 10, show=lambda: [p for p in pids if _live(p)])
         assert t.warnings == ["killed 2 leftover processes"]

@@ -15,11 +15,12 @@ from nnix.core.events import TrialStarted
 from nnix.core.status import CancelReason, ExperimentStatus, TrialStatus
 from nnix.home import STORE_NAME
 from nnix.store.sqlite import SqliteStore
+from nnix.testing import wait_until_async
 from nnix.testing.experiments import make_experiment, manager_for, run_experiment
 from nnix.testing.gpu import DescribedInventory
+from nnix.testing.spaces import UNIT as SPACE
 
 PY = sys.executable
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 
 
 def _trial(code_dir: Path, body: str) -> str:
@@ -145,12 +146,10 @@ def test_user_cancel_and_stop(tmp_path: Path) -> None:
 
     async def main() -> None:
         run = asyncio.ensure_future(manager.run())
-        while len([t for t in manager.state.trials.values() if t.status is TrialStatus.RUNNING]) < 2:
-            await asyncio.sleep(0.02)
+        await wait_until_async(lambda: manager.state.count(TrialStatus.RUNNING) >= 2, 60, "two running trials")
         first = next(iter(manager.state.trials))
         assert manager.cancel_trial(first)
-        while manager.state.trials[first].is_active:
-            await asyncio.sleep(0.02)
+        await wait_until_async(lambda: not (manager.state.trials[first].is_active), 60, "the cancelled trial's end")
         manager.request_stop()
         await asyncio.wait_for(run, 15)
 

@@ -11,6 +11,7 @@ from typing import Any
 from nnix.agent.protocol import Hello, Kill, Message, encode
 from nnix.agent.runner import Metrics
 from nnix.services.agent_server import AgentServer
+from nnix.testing import wait_until_async
 
 
 class Recorder:
@@ -118,8 +119,8 @@ def test_long_poll_returns_as_soon_as_a_command_is_queued() -> None:
             seen = ep.last_contact
             poll = asyncio.create_task(
                 _call(server.port, "GET", f"{base}/commands?after=0&wait=3600&instance=i", ep.token))
-            while ep.last_contact == seen:  # the poll has reached the server and waits there
-                await asyncio.sleep(0.01)
+            # the poll has reached the server and waits there
+            await wait_until_async(lambda: ep.last_contact != seen, 60, "the long poll to reach the server")
             ep.send(Kill("t1"))
             status, body = await asyncio.wait_for(poll, 60)
             assert [c["type"] for c in body["commands"]] == ["kill"] and body["commands"][0]["seq"] == 1

@@ -11,10 +11,11 @@ from typing import Any
 
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import read_state
+from nnix.testing import wait_until
 from nnix.testing.cluster import ProcessClusterService, ProcessLauncher
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.1, "end_grace": 0.3, "poll_interval": 0.05, "kill_grace": 1.0,
                         "backoff_min": 0.1}
 
@@ -164,6 +165,7 @@ def test_a_detached_manager_is_resumed_and_reattaches_running_trials(tmp_path: P
     assert [t.status for t in st.trials.values()] == [TrialStatus.RUNNING] * 2
     assert len(_alive(launcher)) == 2
     assert (exp_dir / "cluster.json").is_file()
+
     def unrecorded() -> bool:  # the trials report meanwhile (the agents buffer): lines no manager recorded
         for t in read_state(exp_dir).trials.values():
             channel = Path(t.output_dir or "") / ".nnix" / "metrics.jsonl"
@@ -171,10 +173,7 @@ def test_a_detached_manager_is_resumed_and_reattaches_running_trials(tmp_path: P
                 return True
         return False
 
-    deadline = time.monotonic() + 60
-    while not unrecorded():
-        assert time.monotonic() < deadline, "the trials reported nothing while no manager ran"
-        time.sleep(0.05)
+    wait_until(unrecorded, 60, "the trials to report while no manager ran")
     st = _run(exp_dir, launcher, action="resume")
     assert st.status is ExperimentStatus.DONE
     for t in st.trials.values():

@@ -12,10 +12,11 @@ from typing import Any
 
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import read_state
+from nnix.testing import wait_until
 from nnix.testing.cluster import ProcessClusterService, ProcessLauncher
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.1, "end_grace": 0.3, "poll_interval": 0.05, "kill_grace": 1.0}
 
 
@@ -55,13 +56,6 @@ def _start(exp_dir: Path, launcher: ProcessLauncher) -> tuple[threading.Thread, 
     return th, result
 
 
-def _wait(cond: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def test_a_trial_signalled_as_its_engine_ends_the_environment_gets_the_engine_reason(tmp_path: Path) -> None:
     launcher = ProcessLauncher()
     exp_dir = _experiment(tmp_path)
@@ -70,8 +64,8 @@ def test_a_trial_signalled_as_its_engine_ends_the_environment_gets_the_engine_re
     assert trial.pid is not None
     (handle,) = [h for h, p in launcher.procs.items() if p.poll() is None]
     os.kill(trial.pid, signal.SIGTERM)  # an engine signals the job's processes one by one: the trial first...
-    _wait(lambda: not Path(f"/proc/{trial.pid}").exists() or b"Z" in Path(f"/proc/{trial.pid}/stat").read_bytes()
-          .rsplit(b")", 1)[1][:3])
+    wait_until(lambda: not Path(f"/proc/{trial.pid}").exists() or b"Z" in Path(f"/proc/{trial.pid}/stat").read_bytes()
+          .rsplit(b")", 1)[1][:3], 30)
     launcher.kill(handle, "TIMEOUT: the job reached its time limit")  # ...and ends the environment
     th.join(60)
     (t,) = result["st"].trials.values()

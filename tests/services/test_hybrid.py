@@ -14,9 +14,9 @@ from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import ConfigError, ServiceError
 from nnix.services.hybrid import HybridService
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshLab
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 BASE: dict[str, Any] = {"searchSpace": SPACE, "trialCommand": "python3 trial.py", "trialConcurrency": 2,
                         "tuner": {"name": "Random"}}
 
@@ -130,7 +130,7 @@ def _spec(tid: str, tmp_path: Path) -> TrialSpec:
 def test_submit_skips_busy_and_never_services_and_says_why(tmp_path: Path) -> None:
     events: list[RunnerEvent] = []
     busy, never, ok = _Child("busy"), _Child("never"), _Child("ok")
-    svc = HybridService(events.append, [busy, never, ok], ["a", "b", "c"], tmp_path / "hybrid.tsv")  # type: ignore[list-item]
+    svc = HybridService(events.append, [busy, never, ok], ["a", "b", "c"], tmp_path / "hybrid.tsv")
 
     async def main() -> None:
         assert await svc.submit(_spec("t1", tmp_path)) is not None
@@ -152,7 +152,7 @@ def test_a_resumed_hybrid_service_gives_each_trial_back_to_its_service(tmp_path:
     ledger.write_text("t1\t1\nt2\t0\nt9\t7\n")
     events: list[RunnerEvent] = []
     a, b = _Child("ok"), _Child("ok")
-    svc = HybridService(events.append, [a, b], ["a", "b"], ledger)  # type: ignore[list-item]
+    svc = HybridService(events.append, [a, b], ["a", "b"], ledger)
 
     async def main() -> None:
         for tid in ("t1", "t2", "t9", "t5"):

@@ -11,7 +11,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,11 @@ from nnix.services.kubernetes import (
     job_state,
     kubeflow_state,
 )
+from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
 from nnix.testing.kube import FakeOperators, KubeLab, kube_available
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.3, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
 TRIAL = """import nni, os, time
 p = nni.get_next_parameter()
@@ -159,7 +160,7 @@ kubeflowConfig:
     from nnix.config import load_config
 
     cfg = load_config(tmp_path / "kf.yml").config
-    ts = cfg.training_service
+    ts: Any = cfg.training_service  # a KubeflowConfig: its roles and storage are checked below
     assert cfg.trial_command == "python3 mnist.py"  # NNI's converter: the worker's command
     assert ts.storage.storage_type == "nfs" and ts.storage.server == "10.10.10.10"
     assert ts.worker.replicas == 2 and ts.worker.gpu_number == 1 and ts.worker.memory_size == "8192Mi"
@@ -182,10 +183,11 @@ frameworkcontrollerConfig:
   nfs: {server: 10.10.10.10, path: /var/nfs/general}
 """)
     cfg = load_config(tmp_path / "fc.yml").config
-    role = cfg.training_service.task_roles[0]
+    fc: Any = cfg.training_service  # a FrameworkControllerConfig
+    role = fc.task_roles[0]
     assert cfg.trial_command == "python3 mnist.py"
     assert role.task_number == 2 and role.framework_attempt_completion_policy.min_succeed_task_count == 2
-    assert cfg.training_service.service_account_name == "frameworkcontroller"
+    assert fc.service_account_name == "frameworkcontroller"
 
 
 # --- the lab -------------------------------------------------------------------------------------------
@@ -217,14 +219,9 @@ def operators(kube_lab: KubeLab) -> Iterator[FakeOperators]:
         yield ops
 
 
-def _wait(check: Callable[[], Any], timeout: float = 30.0, show: Callable[[], Any] | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s" + (f": {show()}" if show is not None else ""))
+def _name(obj: Any) -> str:
+    """The name of a Kubernetes object as the client returns it (its models make every field optional)."""
+    return str(obj.metadata.name)
 
 
 def _objects(lab: KubeLab, exp_id: str) -> dict[str, list[str]]:
@@ -233,7 +230,7 @@ def _objects(lab: KubeLab, exp_id: str) -> dict[str, list[str]]:
 
     sel = f"nnix.io/experiment={exp_id}"
     api = lab.api()
-    out = {"jobs": [j.metadata.name for j in client.BatchV1Api(api).list_namespaced_job("default",
+    out = {"jobs": [_name(j) for j in client.BatchV1Api(api).list_namespaced_job("default",
                                                                                         label_selector=sel).items],
            "secrets": [s.metadata.name for s in lab.core().list_namespaced_secret("default",
                                                                                  label_selector=sel).items],
@@ -280,7 +277,7 @@ def test_experiment_on_kubernetes_jobs(tmp_path: Path, kube_lab: KubeLab, reuse:
     envs = {t.environment_id for t in st.trials.values()}
     assert len(envs) == (4 if not reuse else len(envs)) and (len(envs) <= 2 if reuse else True)
     # every Job, pod and Secret of the experiment is deleted at the end
-    _wait(lambda: not _objects(kube_lab, exp_id), 30)
+    wait_until(lambda: not _objects(kube_lab, exp_id), 30)
 
 
 def _launcher(cls: type[KubeLauncher], tmp_path: Path, ts: dict[str, Any], gpus: int = 0) -> KubeLauncher:
@@ -316,19 +313,19 @@ def test_job_object_token_resources_and_cleanup(tmp_path: Path, kube_lab: KubeLa
         req = EnvRequest("e1-abc", True, "http://127.0.0.1:1", "s3cret-token")
         name = await launcher.launch(req)
         batch = client.BatchV1Api(kube_lab.api())
-        job = batch.read_namespaced_job(name, "default")
+        job: Any = batch.read_namespaced_job(name, "default")  # the client's models: every field optional
         pod = job.spec.template.spec
         c = pod.containers[0]
         assert name == f"nniexp{launcher.exp}enve1-abc"
         assert job.metadata.labels["app"] == "nni-kubernetes-trial" and job.metadata.labels["team"] == "hpo"
-        assert "s3cret-token" not in json.dumps(client.ApiClient().sanitize_for_serialization(job))
+        assert "s3cret-token" not in json.dumps(client.ApiClient().sanitize_for_serialization(job))  # type: ignore[no-untyped-call]
         token_env = next(e for e in c.env if e.name == "NNIX_AGENT_TOKEN")
         assert token_env.value is None and token_env.value_from.secret_key_ref.name == f"{name}-token"
         assert c.resources.limits == {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"}
         assert c.resources.requests == c.resources.limits
         assert pod.service_account_name == "default" and pod.node_selector == {"kubernetes.io/hostname": "elsewhere"}
         assert pod.tolerations[0].key == "gpu" and pod.restart_policy == "Never" and job.spec.backoff_limit == 0
-        secret = kube_lab.core().read_namespaced_secret(f"{name}-token", "default")
+        secret: Any = kube_lab.core().read_namespaced_secret(f"{name}-token", "default")
         assert secret.metadata.owner_references[0].uid == job.metadata.uid  # deleted with the Job
         # no node matches the selector: pending, with the scheduler's words (once the scheduler has looked)
         deadline = time.monotonic() + 60
@@ -339,7 +336,7 @@ def test_job_object_token_resources_and_cleanup(tmp_path: Path, kube_lab: KubeLa
             await asyncio.sleep(0.1)
         assert st.state == "pending" and "node" in st.reason.lower(), st
         await launcher.stop(name)
-        _wait(lambda: not _objects(kube_lab, launcher.exp), 30)
+        wait_until(lambda: not _objects(kube_lab, launcher.exp), 30)
 
     asyncio.run(go())
 
@@ -363,7 +360,7 @@ def test_the_apiserver_accepts_nnix_objects_and_its_crds_validate(tmp_path: Path
     from kubernetes import client
 
     custom = kube_lab.custom()
-    cases = [
+    cases: list[tuple[type[KubeLauncher], dict[str, Any]]] = [
         (KubeflowLauncher, {"platform": "kubeflow", "operator": "tf-operator", "apiVersion": "v1",
                             "worker": {"replicas": 2, "command": "python3 w.py"}, "ps": {"command": "python3 ps.py"}}),
         (KubeflowLauncher, {"platform": "kubeflow", "operator": "tf-operator", "apiVersion": "v1beta2",
@@ -445,7 +442,7 @@ def test_status_transitions_as_the_operators_patch_them(tmp_path: Path, kube_lab
                                                          cond("Failed", "TFJobFailed")]})
         st = await poll(tf, name, "ended")
         assert st.state == "ended" and "TFJobFailed" in st.reason
-        _wait(lambda: not _objects(kube_lab, tf.exp), 30)  # ended: deleted, with its Secret
+        wait_until(lambda: not _objects(kube_lab, tf.exp), 30)  # ended: deleted, with its Secret
         assert (await tf.poll([name]))[name] == st  # and its last state is still what nnix says
 
         await fc.prepare()
@@ -482,7 +479,9 @@ def test_experiment_through_the_operators(tmp_path: Path, kube_lab: KubeLab, ope
     for t in st.trials.values():  # the primary replica ran the trials
         primary = "worker-0" if kind != "pytorch-operator" else "master-0"
         assert primary in (Path(str(t.output_dir)) / "trial.stdout").read_text()
-    _wait(lambda: not _objects(kube_lab, exp_id), 30, lambda: _objects(kube_lab, exp_id))  # objects, pods, Secrets gone
+    # objects, pods, Secrets gone
+    wait_until(lambda: not _objects(kube_lab, exp_id), 30, "the experiment's objects gone",
+               show=lambda: _objects(kube_lab, exp_id))
 
 
 def test_a_job_deleted_outside_nnix_fails_its_trial_with_the_reason(tmp_path: Path, kube_lab: KubeLab) -> None:
@@ -497,9 +496,9 @@ def test_a_job_deleted_outside_nnix_fails_its_trial_with_the_reason(tmp_path: Pa
             st = read_state(exp_dir)
             return any(t.status is TrialStatus.RUNNING and t.metrics for t in st.trials.values())
 
-        _wait(running, 60)
+        wait_until(running, 60)
         for j in batch.list_namespaced_job("default", label_selector=f"nnix.io/experiment={exp_id}").items:
-            batch.delete_namespaced_job(j.metadata.name, "default", propagation_policy="Background")
+            batch.delete_namespaced_job(_name(j), "default", propagation_policy="Background")
 
     threading.Thread(target=delete_when_running, daemon=True).start()
     st = run_experiment(exp_dir, timeout=120, **FAST)
@@ -521,7 +520,7 @@ def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, k
     detach_when(exp_dir, both_running, 60, **FAST)  # the manager goes away; its Jobs keep running
     batch = client.BatchV1Api(kube_lab.api())
     sel = f"nnix.io/experiment={exp_id}"
-    jobs = {j.metadata.name for j in batch.list_namespaced_job("default", label_selector=sel).items}
+    jobs = {_name(j) for j in batch.list_namespaced_job("default", label_selector=sel).items}
     saved = json.loads((exp_dir / "cluster.json").read_text())
     assert jobs == {e["handle"] for e in saved["envs"].values()} and len(jobs) == 2
     st = run_experiment(exp_dir, action="resume", timeout=120, **FAST)
@@ -530,4 +529,4 @@ def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, k
         assert t.status is TrialStatus.SUCCEEDED, t.message
         assert [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL] == list(range(40))  # once each
     assert {t.environment_id for t in st.trials.values()} == {e for e in saved["envs"]}  # taken over, no new Job
-    _wait(lambda: not _objects(kube_lab, exp_id), 30, lambda: _objects(kube_lab, exp_id))
+    wait_until(lambda: not _objects(kube_lab, exp_id), 30, show=lambda: _objects(kube_lab, exp_id))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from nnix.agent.runner import Exited, RunnerEvent, TrialSpec
 from nnix.services.local import LocalService
+from nnix.testing import wait_until_async
 from nnix.testing.gpu import DescribedInventory
 
 
@@ -22,13 +23,11 @@ def test_local_runs_through_the_agents_commands_and_keeps_an_earlier_attempt(tmp
     async def main() -> None:
         started = await svc.submit(TrialSpec("t1", "echo second attempt", code, out, {}))
         assert started is not None and started.trial_id == "t1"
-        while not any(isinstance(e, Exited) for e in events):
-            await asyncio.sleep(0.02)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "the first run's exit")
         # a re-queued trial is submitted again with the same id: it runs again
         events.clear()
         assert await svc.submit(TrialSpec("t1", "echo third attempt", code, out, {})) is not None
-        while not any(isinstance(e, Exited) for e in events):
-            await asyncio.sleep(0.02)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "the second run's exit")
         await svc.close(kill_trials=True)
 
     asyncio.run(main())

@@ -13,6 +13,7 @@ from nnix.agent import runner as runner_mod
 from nnix.agent.runner import Exited, Output, RunnerEvent, TrialRunner, TrialSpec
 from nnix.home import trial_files_dir
 from nnix.services.mirror import OutputMirror, mirror_dir
+from nnix.testing import wait_until_async
 
 
 def _chunk(tid: str, stream: str, offset: int, data: bytes) -> Output:
@@ -62,8 +63,7 @@ def _run(tmp_path: Path, script: str) -> list[RunnerEvent]:
     async def main() -> None:
         r = TrialRunner(events.append, poll_interval=0.02, stream_output=True)
         await r.start(TrialSpec("t1", f"{sys.executable} trial.py", code, tmp_path / "out", {}))
-        while not any(isinstance(e, Exited) for e in events):
-            await asyncio.sleep(0.02)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "the trial's exit")
 
     asyncio.run(main())
     return events
@@ -111,8 +111,7 @@ def test_without_streaming_the_runner_sends_no_output(tmp_path: Path) -> None:
     async def main() -> None:
         r = TrialRunner(events.append, poll_interval=0.02)
         await r.start(TrialSpec("t1", "echo hi", code, tmp_path / "out", {}))
-        while not any(isinstance(e, Exited) for e in events):
-            await asyncio.sleep(0.02)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "the trial's exit")
 
     asyncio.run(main())
     assert not any(isinstance(e, Output) for e in events)

@@ -20,8 +20,8 @@ from nnix.config import OpenpaiConfig, parse_config
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import ConfigError
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 TOKEN = "s3cret-token"
 
 
@@ -146,7 +146,7 @@ def _experiment(tmp_path: Path, pai: FakePai, reuse: bool = True, trials: int = 
     return exp_dir
 
 
-FAST = {"engine_poll_interval": 0.2, "poll_interval": 0.05}
+FAST: dict[str, Any] = {"engine_poll_interval": 0.2, "poll_interval": 0.05}
 
 
 @pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "non-reuse"])
@@ -158,7 +158,7 @@ def test_an_experiment_runs_through_openpai_jobs(tmp_path: Path, pai: FakePai, r
     assert not pai.problems
     for t in st.trials.values():
         assert t.final is not None
-        assert (Path(t.output_dir) / "trial.stdout").read_text() == "hello from pai\n"  # read where it ran
+        assert (Path(str(t.output_dir)) / "trial.stdout").read_text() == "hello from pai\n"  # read where it ran
     names = list(pai.jobs)
     assert all(n.startswith(f"nni_exp_{st.experiment_id}_env_") for n in names)
     if not reuse:

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +28,11 @@ from nnix.services import rayhead
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.ray import RayLauncher, describe_exit, describe_ray_error
+from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, run_experiment
 from nnix.testing.ray import PrivateHeads, RayLab, RayNetnsLab, netns_unavailable, unavailable
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.2, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
 
 FAKE_AGENT = """#!/bin/bash
@@ -81,14 +82,6 @@ def fake_agent(tmp_path: Path) -> Path:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def _wait(cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-
-
 async def _until(launcher: RayLauncher, handle: str, state: str, timeout: float = 60.0) -> EnvStatus:
     deadline = time.monotonic() + timeout
     while True:
@@ -266,17 +259,19 @@ def test_launch_runs_the_agent_and_stop_kills_it_with_its_trials(tmp_path: Path,
             h = await launcher.launch(_request("e1-abc123", token="s3cret"))
             assert h == "e1-abc123"
             await _until(launcher, h, "running")
-            _wait(lambda: len(_recorded(fake_agent)) == 1)
+            wait_until(lambda: len(_recorded(fake_agent)) == 1, 60.0)
             ((agent, trial, token, args),) = _recorded(fake_agent)
             assert token == "s3cret"  # the token comes in the environment...
             assert b"s3cret" not in Path(f"/proc/{agent}/cmdline").read_bytes()  # ...never on the command line
             assert args.split() == ["-m", "nnix.agent", "--url", "http://127.0.0.1:9", "--environment", "e1-abc123",
                                     "--poll-interval", "0.1"]
             assert _alive(agent) and _alive(trial)
-            assert "fake agent: something went wrong" in launcher.log_path(h).read_text()
+            # the agent records itself before it writes to its log: under load the line may come a moment later
+            wait_until(lambda: "fake agent: something went wrong" in launcher.log_path(h).read_text(), 30,
+                       "the agent's output in its log", show=lambda: launcher.log_path(h).read_text())
             await launcher.stop(h)
             assert (await launcher.poll([h]))[h] == EnvStatus("ended", "stopped")
-            _wait(lambda: not _alive(agent) and not _alive(trial), 15)  # the trial's own session too
+            wait_until(lambda: not _alive(agent) and not _alive(trial), 15)  # the trial's own session too
             await launcher.stop(h)  # idempotent
             assert (await launcher.poll(["never-launched"]))["never-launched"].state == "ended"
         finally:
@@ -299,12 +294,12 @@ def test_agent_exit_ends_the_environment_with_its_status(tmp_path: Path, ray_lab
             assert st.reason == "agent exited with status 3: fake agent: something went wrong"
             ((_, trial, _, args),) = _recorded(fake_agent)
             assert args.split()[-3:] == ["--single", "--poll-interval", "0.1"]
-            _wait(lambda: not _alive(trial), 15)  # what the agent left behind is killed
+            wait_until(lambda: not _alive(trial), 15)  # what the agent left behind is killed
             # its CPUs are given back at once: a second environment wanting the whole cluster starts
             (fake_agent.parent / "exit-code").unlink()
             h2 = await launcher.launch(_request("e2-exit"))
             await _until(launcher, h2, "running")
-            assert ray.available_resources().get("CPU", 0) == 0
+            assert ray.available_resources().get("CPU", 0) == 0  # type: ignore[no-untyped-call]
             await launcher.stop(h2)
         finally:
             await launcher.close()
@@ -352,12 +347,12 @@ def test_killed_actor_ends_with_a_reason_and_takes_its_agent_down(tmp_path: Path
         try:
             h = await launcher.launch(_request("e1-victim"))
             await _until(launcher, h, "running")
-            _wait(lambda: len(_recorded(fake_agent)) == 1)
+            wait_until(lambda: len(_recorded(fake_agent)) == 1, 60.0)
             ((agent, trial, _, _),) = _recorded(fake_agent)
             ray.kill(ray.get_actor(h, namespace=launcher.namespace))
             st = await _until(launcher, h, "ended")
             assert st.reason == "actor died: The actor is dead because it was killed by `ray.kill`."
-            _wait(lambda: not _alive(agent) and not _alive(trial), 15)
+            wait_until(lambda: not _alive(agent) and not _alive(trial), 15)
         finally:
             await launcher.close()
 
@@ -409,7 +404,7 @@ def test_experiment_on_a_ray_cluster(tmp_path: Path, ray_lab: RayLab, reuse: boo
     _, exp_dir = _ray_experiment(tmp_path, service, trials=5, concurrency=2)
     st = run_experiment(exp_dir, timeout=180, **FAST)
     _assert_all_succeeded(st, 5)
-    envs = {t.environment_id for t in st.trials.values()}
+    envs = {str(t.environment_id) for t in st.trials.values()}
     if reuse:
         assert 1 <= len(envs) <= 2  # at most one environment per concurrent trial, each running several
     else:
@@ -419,7 +414,7 @@ def test_experiment_on_a_ray_cluster(tmp_path: Path, ray_lab: RayLab, reuse: boo
         assert out == exp_dir / "ray" / "trials" / t.trial_id
         assert "mark rt\nran on" in (out / "trial.stdout").read_text()  # runtimeEnv reaches the trial
     assert all((exp_dir / "ray" / "envs" / e / "agent.log").exists() for e in envs)
-    _wait(lambda: not _agents_of(envs), 20)  # every agent gone with the experiment
+    wait_until(lambda: not _agents_of(envs), 20)  # every agent gone with the experiment
 
 
 def test_trial_whose_actor_is_killed_fails_with_the_reason(tmp_path: Path, ray_lab: RayLab) -> None:
@@ -435,8 +430,9 @@ def test_trial_whose_actor_is_killed_fails_with_the_reason(tmp_path: Path, ray_l
             st = read_state(exp_dir)
             return any(t.status is TrialStatus.RUNNING and len(t.metrics) >= 2 for t in st.trials.values())
 
-        _wait(running, 120)
+        wait_until(running, 120)
         (trial,) = read_state(exp_dir).trials.values()
+        assert trial.environment_id is not None
         ray.kill(ray.get_actor(trial.environment_id, namespace=f"nnix-{exp_id}"))  # the manager's connection
         killed.append(trial.environment_id)
 
@@ -449,7 +445,7 @@ def test_trial_whose_actor_is_killed_fails_with_the_reason(tmp_path: Path, ray_l
     assert trial.status is TrialStatus.FAILED
     assert trial.message == (f"its ray environment {killed[0]} ended: actor died: "
                              "The actor is dead because it was killed by `ray.kill`.")
-    _wait(lambda: not _agents_of(set(killed)), 20)  # its agent (and trial) went down with the actor
+    wait_until(lambda: not _agents_of(set(killed)), 20)  # its agent (and trial) went down with the actor
 
 
 def test_experiment_on_a_private_ray(tmp_path: Path, ray_env: dict[str, str], heads: PrivateHeads) -> None:
@@ -457,8 +453,8 @@ def test_experiment_on_a_private_ray(tmp_path: Path, ray_env: dict[str, str], he
     done = threading.Event()
 
     def note_head() -> None:  # its record goes when it stops
-        while not done.is_set() and heads.seen(exp_dir) is None:
-            time.sleep(0.05)
+        while heads.seen(exp_dir) is None and not done.wait(0.05):  # ends with the experiment at the latest
+            pass
 
     th = threading.Thread(target=note_head, daemon=True)
     th.start()
@@ -536,7 +532,7 @@ def test_a_killed_managers_private_ray_keeps_its_trials_for_resume(tmp_path: Pat
     exp_id, exp_dir, code = _waiting_experiment(tmp_path, "code", trials=3, concurrency=2)
     env = _user_with_a_ray_token(tmp_path)
     first = heads.manager(exp_id, "create", tmp_path / "first.out", env=env, **FAST)
-    _wait(lambda: _running(exp_dir, 2) or first.poll() is not None, 240)
+    wait_until(lambda: _running(exp_dir, 2) or first.poll() is not None, 240)
     assert first.poll() is None, (tmp_path / "first.out").read_text()[-3000:]
     head = heads.seen(exp_dir)
     assert head is not None and head.experiment_id == exp_id and head.owner_pid == first.pid
@@ -557,7 +553,7 @@ def test_a_killed_managers_private_ray_keeps_its_trials_for_resume(tmp_path: Pat
     assert f"took over the private Ray head of the earlier manager at {head.address}" in (
         exp_dir / "log" / "manager.log").read_text()
     assert {st.trials[t].environment_id for t in before} == {t.environment_id for t in before.values()}
-    _wait(lambda: _head_gone(head), 60)  # stopped with the experiment: no Ray process left
+    wait_until(lambda: _head_gone(head), 60)  # stopped with the experiment: no Ray process left
     assert rayhead.read(exp_dir) is None and not Path(head.temp_dir).exists()
     assert not any(_alive(t.pid) for t in st.trials.values() if t.pid is not None)
 
@@ -569,8 +565,11 @@ def test_each_experiment_has_its_own_head_and_stop_or_done_ends_it(tmp_path: Pat
     b_id, b_dir, b_code = _waiting_experiment(tmp_path, "b", trials=1, concurrency=1, idleTimeout=1)
     a = heads.manager(a_id, "create", tmp_path / "a.out", exit_when_done=False, **FAST)
     b = heads.manager(b_id, "create", tmp_path / "b.out", exit_when_done=False, head_idle=1.0, **FAST)
-    _wait(lambda: (_running(a_dir, 1) and _running(b_dir, 1)) or a.poll() is not None or b.poll() is not None, 300)
-    assert a.poll() is None and b.poll() is None
+    wait_until(lambda: (_running(a_dir, 1) and _running(b_dir, 1)) or a.poll() is not None or b.poll() is not None, 300)
+    assert a.poll() is None and b.poll() is None, (
+        (tmp_path / "a.out").read_text(errors="replace")[-3000:],
+        (tmp_path / "b.out").read_text(errors="replace")[-3000:],
+        (a_dir / "log" / "manager.log").read_text(errors="replace")[-3000:])
     ha, hb = heads.seen(a_dir), heads.seen(b_dir)
     assert ha is not None and hb is not None
     assert ha.address != hb.address and ha.keeper_pid != hb.keeper_pid and ha.temp_dir != hb.temp_dir
@@ -582,12 +581,12 @@ def test_each_experiment_has_its_own_head_and_stop_or_done_ends_it(tmp_path: Pat
     a.wait()
     assert "its private Ray head (127.0.0.1:" in stop_experiment(a_id)
     assert _head_gone(ha) and rayhead.read(a_dir) is None
-    _wait(lambda: a_trial.pid is not None and not _alive(a_trial.pid), 30)
+    wait_until(lambda: a_trial.pid is not None and not _alive(a_trial.pid), 30)
     assert rayhead.check(hb, b_id) is None and b_trial.pid is not None and _alive(b_trial.pid)  # the other's runs on
     # DONE while the manager keeps serving: the idle head is stopped
     (b_code / "go").write_text("")
-    _wait(lambda: read_state(b_dir).status is ExperimentStatus.DONE, 120)
-    _wait(lambda: _head_gone(hb), 120)
+    wait_until(lambda: read_state(b_dir).status is ExperimentStatus.DONE, 120)
+    wait_until(lambda: _head_gone(hb), 120)
     assert b.poll() is None  # the manager still runs
     stop_experiment(b_id)
     assert b.wait(30) == 0
@@ -626,7 +625,7 @@ def test_the_actor_needs_only_ray_on_the_nodes(tmp_path: Path, ray_env: dict[str
     from nnix.services.ray import _actor_class
 
     pickled = tmp_path / "actor.pkl"
-    pickled.write_bytes(cloudpickle.dumps(_actor_class()))
+    pickled.write_bytes(cloudpickle.dumps(_actor_class()))  # type: ignore[no-untyped-call]
     check = (
         "import sys\n"
         "class NoNnix:\n"

@@ -8,25 +8,17 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nnix.services import rayhead
+from nnix.testing import wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the keeper reads /proc")
 
 SLEEPER = "import time; time.sleep(1000)"
-
-
-def _wait(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -62,10 +54,10 @@ def _keeper(tmp_path: Path, procs: list[int | str], owner: int, grace: float = 0
                              start_new_session=True, env={**os.environ, "RAY_AUTH_TOKEN": "t0k"})
     procs.append(str(temp))
     first.wait()
-    _wait(lambda: rayhead.read(tmp_path) is not None)
+    wait_until(lambda: rayhead.read(tmp_path) is not None, 30.0)
     head = rayhead.read(tmp_path)
     assert head is not None and head.token == "t0k"
-    _wait(lambda: bool(rayhead.naming(str(temp))))  # its stand-in head runs
+    wait_until(lambda: bool(rayhead.naming(str(temp))), 30.0)  # its stand-in head runs
     return head
 
 
@@ -115,12 +107,12 @@ def test_an_ownerless_head_without_agents_stops_itself_an_owned_one_does_not(tmp
     owned = _keeper(tmp_path / "owned", procs, owner=os.getpid(), grace=0.5)  # started first: checks first
     assert owned.owner_pid == os.getpid() and owned.owner_start == rayhead.proc_start(os.getpid())
     orphan = _keeper(tmp_path / "orphan", procs, owner=_dead_pid(), grace=0.5)
-    _wait(lambda: rayhead.proc_start(orphan.keeper_pid) is None and not rayhead.naming(orphan.temp_dir))
+    wait_until(lambda: rayhead.proc_start(orphan.keeper_pid) is None and not rayhead.naming(orphan.temp_dir), 30.0)
     assert rayhead.read(tmp_path / "orphan") is None
     assert "no manager and no agent for 0.5 s" in (tmp_path / "orphan" / "keeper.log").read_text()
     assert rayhead.proc_start(owned.keeper_pid) == owned.keeper_start  # its owner lives: still up
     assert rayhead.naming(owned.temp_dir)
     assert "stopping" not in (tmp_path / "owned" / "keeper.log").read_text()
     (tmp_path / "owned" / rayhead.RECORD).unlink()  # e.g. the experiment's directory was removed
-    _wait(lambda: rayhead.proc_start(owned.keeper_pid) is None and not rayhead.naming(owned.temp_dir))
+    wait_until(lambda: rayhead.proc_start(owned.keeper_pid) is None and not rayhead.naming(owned.temp_dir), 30.0)
     assert "stopping the head: its experiment no longer records it" in (tmp_path / "owned" / "keeper.log").read_text()

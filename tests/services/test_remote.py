@@ -28,11 +28,12 @@ from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.errors import ServiceError
 from nnix.home import STORE_NAME, Registry, pid_alive, read_state
 from nnix.store.sqlite import SqliteStore
+from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, manager_for, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
-FAST = {"connect_timeout": 3.0}
+FAST: dict[str, Any] = {"connect_timeout": 3.0}
 
 
 def _trial(code: Path, steps: int, step_s: float, hold: tuple[list[str], Path] | None = None) -> None:
@@ -158,14 +159,6 @@ def _agent_log(pid: int) -> str | None:
         return None
 
 
-def _wait(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "non-reuse"])
 def test_experiment_across_three_hosts(tmp_path: Path, ssh_lab: SshLab, reuse: bool) -> None:
     exp_id, exp_dir = _experiment(tmp_path, ssh_lab, reuseMode=reuse)
@@ -188,7 +181,7 @@ def test_experiment_across_three_hosts(tmp_path: Path, ssh_lab: SshLab, reuse: b
         assert (code_dir / "trial.py").exists() and not (code_dir / "data").exists()  # .nniignore honoured
     store_bytes = (exp_dir / STORE_NAME).read_bytes()
     assert b"Bearer" not in store_bytes
-    _wait(lambda: not ssh_lab.agent_pids(exp_id), 10)  # every agent gone after the experiment
+    wait_until(lambda: not ssh_lab.agent_pids(exp_id), 10)  # every agent gone after the experiment
 
 
 @pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "non-reuse"])
@@ -212,7 +205,7 @@ def test_host_lost_mid_trial(tmp_path: Path, ssh_lab: SshLab, policy: str, reuse
                             and str(t.output_dir).startswith(victim.host + ":") and len(t.metrics) >= 2)
                 return bool(held)
 
-            _wait(held_there, 120)
+            wait_until(held_there, 120)
             victim.link(False)
             release.touch()  # trials the host runs once it is back run through
 
@@ -220,7 +213,7 @@ def test_host_lost_mid_trial(tmp_path: Path, ssh_lab: SshLab, policy: str, reuse
                 t = read_state(exp_dir).trials[held[0]]
                 return not (t.status is TrialStatus.RUNNING and str(t.output_dir).startswith(victim.host + ":"))
 
-            _wait(written_off, 120)
+            wait_until(written_off, 120)
             victim.link(True)  # the host comes back: its old agents are retired, it is used again
         except BaseException as e:
             errors.append(e)
@@ -282,7 +275,7 @@ def test_a_trial_whose_agent_does_not_start_it_goes_back_to_the_queue(tmp_path: 
                 stopped[:] = spares
                 return True
 
-            _wait(spare_connected, 120)
+            wait_until(spare_connected, 120)
             for pid in stopped:
                 os.kill(pid, signal.SIGSTOP)
             release.touch()
@@ -320,7 +313,7 @@ def test_no_usable_host_for_the_give_up_time_stops_the_experiment_naming_each_ho
 
     def cut_all() -> None:
         try:
-            _wait(lambda: any(t.status is TrialStatus.RUNNING and len(t.metrics) >= 2
+            wait_until(lambda: any(t.status is TrialStatus.RUNNING and len(t.metrics) >= 2
                               for t in read_state(exp_dir).trials.values()), 120)
             a.link(False)
             b.link(False)
@@ -433,7 +426,7 @@ def test_agent_killed_mid_trial(tmp_path: Path, ssh_lab: SshLab, reuse: bool) ->
         def metrics_flow() -> bool:
             return any(len(t.metrics) >= 5 for t in read_state(exp_dir).trials.values())
 
-        _wait(metrics_flow)
+        wait_until(metrics_flow, 30.0)
         for pid in ssh_lab.agent_pids(exp_id):
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
@@ -458,7 +451,7 @@ def test_network_cut_shorter_than_the_timeout_loses_nothing(tmp_path: Path, ssh_
     cut: list[float] = []
 
     def partition() -> None:
-        _wait(lambda: any(len(t.metrics) >= 3 for t in read_state(exp_dir).trials.values()))
+        wait_until(lambda: any(len(t.metrics) >= 3 for t in read_state(exp_dir).trials.values()), 30.0)
         victim.link(False)
         t0 = time.monotonic()
         time.sleep(3.0)
@@ -495,12 +488,12 @@ def test_manager_killed_and_resumed_reattaches_remote_trials(tmp_path: Path, ssh
         running = [t for t in st.trials.values() if t.status is TrialStatus.RUNNING]
         return len(running) == 2 and all(len(t.intermediate) >= 3 for t in running)
 
-    _wait(two_running, 60)
+    wait_until(two_running, 60)
     st = read_state(exp_dir)
     os.kill(st.manager_pid or 0, signal.SIGKILL)
-    _wait(lambda: not pid_alive(st.manager_pid))
+    wait_until(lambda: not pid_alive(st.manager_pid), 30.0)
     assert len(ssh_lab.agent_pids(exp_id)) >= 2  # the agents outlive their manager ...
-    _wait(lambda: _unrecorded_lines(st), 60)  # ... and their trials report what no manager recorded
+    wait_until(lambda: _unrecorded_lines(st), 60)  # ... and their trials report what no manager recorded
     # A manager killed between acknowledging lines and writing them: the store lacks lines the agents
     # will not send again unless the resumed manager says what it has (made certain here, not left to luck).
     running = [t.trial_id for t in st.trials.values() if t.status is TrialStatus.RUNNING]
@@ -518,7 +511,7 @@ def test_manager_killed_and_resumed_reattaches_remote_trials(tmp_path: Path, ssh
     assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values()), [t.message for t in st.trials.values()]
     _assert_metrics_once(st, 15)
     assert set(_starts(exp_dir).values()) == {1}  # re-attached, not re-run
-    _wait(lambda: not ssh_lab.agent_pids(exp_id), 10)
+    wait_until(lambda: not ssh_lab.agent_pids(exp_id), 10)
 
 
 def test_gpu_request_no_machine_can_meet_is_an_error_naming_the_machines(tmp_path: Path, ssh_lab: SshLab) -> None:

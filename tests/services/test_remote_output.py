@@ -10,9 +10,8 @@ from typing import Any
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import read_state, trial_files_dir
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshLab
-
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 
 
 def test_remote_trial_output_is_copied_to_the_manager_while_it_runs(tmp_path: Path, ssh_lab: SshLab) -> None:

@@ -30,10 +30,11 @@ from nnix.home import read_state
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.slurm import SlurmLauncher, describe_state, job_script
+from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
 from nnix.testing.slurm import SlurmLab, unavailable
+from nnix.testing.spaces import UNIT as SPACE
 
-SPACE = {"x": {"_type": "uniform", "_value": [0, 1]}}
 FAST: dict[str, Any] = {"engine_poll_interval": 0.5, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
 BASE: dict[str, Any] = {"searchSpace": SPACE, "trialCommand": "python3 t.py", "trialConcurrency": 1,
                         "tuner": {"name": "Random"}}
@@ -77,7 +78,7 @@ def lab(slurm_lab: SlurmLab) -> Iterator[SlurmLab]:
     ids = slurm_lab.run("squeue", "-h", "-t", "PD,R,CG,CF,S", "-o", "%i", check=False).stdout.split()
     if ids:  # a failed test leaves no job behind to hold the node
         slurm_lab.run("scancel", *ids, check=False)
-        _wait(lambda: not slurm_lab.run("squeue", "-h", "-t", "PD,R,CG,CF", "-o", "%i").stdout.strip(), 30)
+        wait_until(lambda: not slurm_lab.run("squeue", "-h", "-t", "PD,R,CG,CF", "-o", "%i").stdout.strip(), 30)
 
 
 @pytest.fixture
@@ -90,14 +91,6 @@ def fake_agent(tmp_path: Path) -> Path:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def _wait(cond: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.1)
-
-
 async def _until(launcher: SlurmLauncher, handle: str, state: str, timeout: float = 60.0) -> EnvStatus:
     deadline = time.monotonic() + timeout
     while True:
@@ -300,7 +293,7 @@ def test_launch_runs_the_agent_in_a_job_and_stop_cancels_it(tmp_path: Path, lab:
         h = await launcher.launch(_request("e1-abc123", token="s3cret-token"))
         assert h.isdigit()
         await _until(launcher, h, "running")
-        _wait(lambda: len(_recorded(fake_agent)) == 1)
+        wait_until(lambda: len(_recorded(fake_agent)) == 1, 60.0)
         ((token, args, job, _, mark),) = _recorded(fake_agent)
         assert token == "s3cret-token" and job == h  # the token reaches the agent in its environment...
         assert mark == "set up"  # setupCommands ran before the agent
@@ -385,7 +378,9 @@ def test_a_job_waiting_for_resources_is_pending_with_the_reason(tmp_path: Path, 
         await _until(launcher, first, "running")
         second = await launcher.launch(_request("e2-big"))
         st = await _until(launcher, second, "pending")
+        deadline = time.monotonic() + 60
         while st.reason == "PENDING":  # not looked at by the scheduler yet
+            assert time.monotonic() < deadline, f"the scheduler never looked at {second}: {st}"
             await asyncio.sleep(0.2)
             st = (await launcher.poll([second]))[second]
         assert _words(st) == ("pending", "Resources: waiting for free resources")
@@ -406,7 +401,7 @@ def test_trial_gpu_number_asks_slurm_for_gpus(tmp_path: Path, lab: SlurmLab, fak
         await launcher.prepare()
         h = await launcher.launch(_request("e1-gpu"))
         await _until(launcher, h, "running")
-        _wait(lambda: len(_recorded(fake_agent)) == 1)
+        wait_until(lambda: len(_recorded(fake_agent)) == 1, 60.0)
         assert _recorded(fake_agent)[0][3] == "1"  # Slurm gave the job one of the node's (fake) GPUs
         assert "TresPerNode=gres:gpu:1" in lab.run("scontrol", "show", "job", h).stdout
         await launcher.stop(h)
@@ -460,7 +455,7 @@ def test_jobs_squeue_has_forgotten_are_read_from_sacct(tmp_path: Path, lab: Slur
         await _until(launcher, h, "ended")
         lab.set_min_job_age(2)  # squeue forgets ended jobs after 2 s (Slurm purges them about every 10 s)
         try:
-            _wait(lambda: h not in lab.job_ids(), 90)
+            wait_until(lambda: h not in lab.job_ids(), 90)
         finally:
             lab.set_min_job_age(300)
         st = (await launcher.poll([h]))[h]
@@ -481,7 +476,7 @@ def test_experiment_on_slurm(tmp_path: Path, lab: SlurmLab, reuse: bool) -> None
     assert len(st.trials) == 5
     assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values()), [t.message for t in st.trials.values()]
     jobs = _jobs(lab, exp_id)
-    envs = {t.environment_id for t in st.trials.values()}
+    envs = {str(t.environment_id) for t in st.trials.values()}
     if reuse:
         assert 1 <= len(envs) <= 2  # at most one job per concurrent trial, each running several
     else:
@@ -492,9 +487,9 @@ def test_experiment_on_slurm(tmp_path: Path, lab: SlurmLab, reuse: bool) -> None
         assert sum(m.type is MetricType.FINAL for m in t.metrics) == 1
         out = Path(str(t.output_dir))
         assert out == exp_dir / "slurm" / "trials" / t.trial_id  # read by the manager where the job wrote it
-        job = _job_of(lab, exp_id, t.environment_id)
+        job = _job_of(lab, exp_id, str(t.environment_id))
         assert f"job {job}" in (out / "trial.stdout").read_text()  # it ran inside that Slurm job
-    _wait(lambda: all(state in ("COMPLETED", "CANCELLED") for state, _ in _jobs(lab, exp_id).values()), 30)
+    wait_until(lambda: all(state in ("COMPLETED", "CANCELLED") for state, _ in _jobs(lab, exp_id).values()), 30)
     assert set(_jobs(lab, exp_id)) == set(jobs)  # every job over, no job left behind
     assert all((exp_dir / "slurm" / "envs" / e / "agent.log").exists() for e in envs)
     assert not list((exp_dir / "slurm" / "envs").glob("*/token"))  # no token left once the jobs are over
@@ -513,9 +508,9 @@ def test_trial_whose_job_is_cancelled_outside_fails_with_the_reason(tmp_path: Pa
     exp_id, exp_dir = _experiment(tmp_path, trials=1, concurrency=1, steps=6000, step_s=0.1)
     result: dict[str, Any] = {}
     th = _run_in_background(exp_dir, result)
-    _wait(_running_trial(exp_dir), 120)
+    wait_until(_running_trial(exp_dir), 120)
     (trial,) = read_state(exp_dir).trials.values()
-    job = _job_of(lab, exp_id, trial.environment_id)
+    job = _job_of(lab, exp_id, str(trial.environment_id))
     lab.run("scancel", job)
     th.join(120)
     st = result["st"]
@@ -529,9 +524,9 @@ def test_trial_killed_by_the_time_limit_fails_with_timeout(tmp_path: Path, lab: 
     exp_id, exp_dir = _experiment(tmp_path, trials=1, concurrency=1, steps=6000, step_s=0.1, timeLimit="10m")
     result: dict[str, Any] = {}
     th = _run_in_background(exp_dir, result)
-    _wait(_running_trial(exp_dir), 120)
+    wait_until(_running_trial(exp_dir), 120)
     (trial,) = read_state(exp_dir).trials.values()
-    job = _job_of(lab, exp_id, trial.environment_id)
+    job = _job_of(lab, exp_id, str(trial.environment_id))
     lab.run("scontrol", "update", f"JobId={job}", "TimeLimit=0")
     th.join(150)
     st = result["st"]

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,9 +150,9 @@ def test_a_store_held_open_here_is_never_opened_by_hand(tmp_path: Path, monkeypa
     opened: list[str] = []
     real_open = builtins.open
 
-    def spy(file: object, *args: object, **kwargs: object) -> object:
-        opened.append(os.fspath(file))  # type: ignore[arg-type]
-        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+    def spy(file: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", spy)
     second = SqliteStore(path, create=False)  # a reader in the same process (read_state of its own experiment)

@@ -10,24 +10,13 @@ from pydantic import ValidationError
 from nnix.core.status import TrialStatus
 from nnix.registry import AlgorithmRef, resolve
 from nnix.space import Params, SearchSpace, contains, key
+from nnix.testing.spaces import EVERY_TYPE
 from nnix.testing.tuners import TunerContract
 from nnix.tuners.base import Direction, TrialRecord, TunerContext
 from nnix.tuners.bohb import BohbArgs, BohbTuner, Encoding
 from nnix.tuners.hyperband import TRIAL_BUDGET, Schedule, random_config
 
 PLANE: dict[str, Any] = {"x": {"_type": "uniform", "_value": [0, 1]}, "y": {"_type": "uniform", "_value": [0, 1]}}
-EVERY_TYPE: dict[str, Any] = {
-    "a": {"_type": "choice", "_value": [1, "two", 3.5]},
-    "b": {"_type": "randint", "_value": [1, 10]},
-    "c": {"_type": "uniform", "_value": [0, 1]},
-    "d": {"_type": "quniform", "_value": [0, 10, 2.5]},
-    "e": {"_type": "loguniform", "_value": [1e-5, 1]},
-    "f": {"_type": "qloguniform", "_value": [1, 100, 1]},
-    "g": {"_type": "normal", "_value": [0, 1]},
-    "h": {"_type": "qnormal", "_value": [0, 1, 0.5]},
-    "i": {"_type": "lognormal", "_value": [0, 1]},
-    "j": {"_type": "qlognormal", "_value": [0, 1, 0.5]},
-}
 NESTED: dict[str, Any] = {
     "layer": {
         "_type": "choice",

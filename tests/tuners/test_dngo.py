@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,27 +10,11 @@ from nnix.core.status import TrialStatus
 from nnix.errors import SearchSpaceError
 from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace
-from nnix.testing.tuners import TunerContract
-from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
+from nnix.testing.spaces import DISCRETE, NUMERIC, SQUARE, branin
+from nnix.testing.tuners import TunerContract, check_branin_smoke
+from nnix.tuners.base import Direction, TrialRecord, TunerContext
 from nnix.tuners.dngo import BayesianLinear, DNGOArgs, DNGOTuner, train_network
 from nnix.tuners.random import RandomTuner
-
-NUMERIC: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": [4, 1, 2.5]},
-    "r": {"_type": "randint", "_value": [1, 10]},
-    "u": {"_type": "uniform", "_value": [-1, 1]},
-    "q": {"_type": "quniform", "_value": [2, 10, 5]},
-    "l": {"_type": "loguniform", "_value": [1e-4, 1]},
-    "ql": {"_type": "qloguniform", "_value": [1, 100, 1]},
-}
-DISCRETE: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": [16, 32, 64]},
-    "r": {"_type": "randint", "_value": [0, 3]},
-}
-SQUARE: dict[str, Any] = {
-    "x": {"_type": "uniform", "_value": [-5, 10]},
-    "y": {"_type": "uniform", "_value": [0, 15]},
-}
 
 
 def small(**kw: Any) -> DNGOTuner:
@@ -54,28 +35,10 @@ def ctx(
     return TunerContext(SearchSpace.from_json(raw), direction, seed, tuple(history))
 
 
-def branin(p: dict[str, Any]) -> float:
-    x, y = p["x"], p["y"]
-    return float(
-        (y - 5.1 / (4 * math.pi**2) * x**2 + 5 / math.pi * x - 6) ** 2 + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x) + 10
-    )
-
-
-def minimise(make: Callable[[], Tuner], seed: int, trials: int = 40, batch: int = 1) -> float:
-    tuner = make()
-    history: list[TrialRecord] = []
-    while len(history) < trials:
-        ids = list(range(len(history), min(trials, len(history) + batch)))
-        for pid, p in zip(ids, tuner.suggest(ctx(SQUARE, history, seed), ids), strict=False):
-            history.append(TrialRecord(pid, p, TrialStatus.SUCCEEDED, branin(p)))
-    return min(r.value for r in history if r.value is not None)
-
-
-def test_beats_random_on_branin() -> None:
+def test_branin_smoke() -> None:
+    """Past its first trainings, in the domain and ahead of Random (quality figures: bench/quality.py)."""
     args = DNGOArgs(optimize_mode="minimize", trials_per_update=10, num_epochs_per_training=300)
-    model = statistics.median(minimise(lambda: DNGOTuner(args), s) for s in range(3))
-    rand = statistics.median(minimise(RandomTuner, s) for s in range(3))
-    assert model < rand
+    check_branin_smoke(lambda: DNGOTuner(args), trials=30)
 
 
 def test_random_until_the_first_training() -> None:

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,27 +11,11 @@ from nnix.core.status import TrialStatus
 from nnix.errors import NoMoreTrialsError, SearchSpaceError
 from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace, contains, key
-from nnix.testing.tuners import TunerContract
-from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
+from nnix.testing.spaces import DISCRETE, NUMERIC, SQUARE, branin
+from nnix.testing.tuners import TunerContract, check_branin_smoke
+from nnix.tuners.base import Direction, TrialRecord, TunerContext
 from nnix.tuners.gp import GPArgs, GPTuner, Observations, UnitEncoding, collect, fit_gp
 from nnix.tuners.random import RandomTuner
-
-NUMERIC: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": [4, 1, 2.5]},
-    "r": {"_type": "randint", "_value": [1, 10]},
-    "u": {"_type": "uniform", "_value": [-1, 1]},
-    "q": {"_type": "quniform", "_value": [2, 10, 5]},
-    "l": {"_type": "loguniform", "_value": [1e-4, 1]},
-    "ql": {"_type": "qloguniform", "_value": [1, 100, 1]},
-}
-DISCRETE: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": [16, 32, 64]},
-    "r": {"_type": "randint", "_value": [0, 3]},
-}
-SQUARE: dict[str, Any] = {
-    "x": {"_type": "uniform", "_value": [-5, 10]},
-    "y": {"_type": "uniform", "_value": [0, 15]},
-}
 
 
 def small() -> GPTuner:
@@ -54,35 +36,10 @@ def ctx(
     return TunerContext(SearchSpace.from_json(raw), direction, seed, tuple(history))
 
 
-def branin(p: dict[str, Any]) -> float:
-    x, y = p["x"], p["y"]
-    return float(
-        (y - 5.1 / (4 * math.pi**2) * x**2 + 5 / math.pi * x - 6) ** 2 + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x) + 10
-    )
-
-
-def minimise(make: Callable[[], Tuner], seed: int, trials: int = 40, batch: int = 1) -> float:
-    """Best Branin value found by a fresh tuner in ``trials`` trials asked ``batch`` at a time."""
-    tuner = make()
-    history: list[TrialRecord] = []
-    while len(history) < trials:
-        ids = list(range(len(history), min(trials, len(history) + batch)))
-        for pid, p in zip(ids, tuner.suggest(ctx(SQUARE, history, seed), ids), strict=False):
-            history.append(TrialRecord(pid, p, TrialStatus.SUCCEEDED, branin(p)))
-    return min(r.value for r in history if r.value is not None)
-
-
-def beats_random(make: Callable[[], Tuner], trials: int = 40) -> tuple[float, float]:
-    model = statistics.median(minimise(make, s, trials) for s in range(3))
-    rand = statistics.median(minimise(RandomTuner, s, trials) for s in range(3))
-    return model, rand
-
-
-def test_beats_random_on_branin() -> None:
+def test_branin_smoke() -> None:
+    """Past its cold start, in the domain and ahead of Random (quality figures: bench/quality.py)."""
     args = GPArgs(optimize_mode="minimize", selection_num_warm_up=500, selection_num_starting_points=3)
-    model, rand = beats_random(lambda: GPTuner(args))
-    assert model < rand
-    assert model < 0.6  # optimum 0.398; Random's median is about 1.5
+    check_branin_smoke(lambda: GPTuner(args), trials=25, below=0.6)  # Random's best here: 0.62
 
 
 def test_batches_spread_with_constant_liar() -> None:

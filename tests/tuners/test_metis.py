@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import math
-import statistics
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,20 +10,12 @@ from nnix.core.status import TrialStatus
 from nnix.errors import SearchSpaceError
 from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace, contains
-from nnix.testing.tuners import TunerContract
-from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
-from nnix.tuners.gp import UnitEncoding, collect
+from nnix.testing.spaces import DISCRETE, SQUARE, branin
+from nnix.testing.tuners import TunerContract, check_branin_smoke
+from nnix.tuners.base import Direction, TrialRecord, TunerContext
+from nnix.tuners.bo import UnitEncoding, collect
 from nnix.tuners.metis import MetisArgs, MetisTuner, gmm_candidates
-from nnix.tuners.random import RandomTuner
 
-DISCRETE: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": [16, 32, 64]},
-    "r": {"_type": "randint", "_value": [0, 3]},
-}
-SQUARE: dict[str, Any] = {
-    "x": {"_type": "uniform", "_value": [-5, 10]},
-    "y": {"_type": "uniform", "_value": [0, 15]},
-}
 METIS_SPACE: dict[str, Any] = {
     "c": {"_type": "choice", "_value": [4, 1, 2.5]},
     "r": {"_type": "randint", "_value": [1, 10]},
@@ -44,28 +33,6 @@ def ctx(
     return TunerContext(SearchSpace.from_json(raw), direction, seed, tuple(history))
 
 
-def branin(p: dict[str, Any]) -> float:
-    x, y = p["x"], p["y"]
-    return float(
-        (y - 5.1 / (4 * math.pi**2) * x**2 + 5 / math.pi * x - 6) ** 2 + 10 * (1 - 1 / (8 * math.pi)) * math.cos(x) + 10
-    )
-
-
-def minimise(make: Callable[[], Tuner], seed: int, trials: int = 40) -> float:
-    tuner = make()
-    history: list[TrialRecord] = []
-    for pid in range(trials):
-        (p,) = tuner.suggest(ctx(SQUARE, history, seed), [pid])
-        history.append(TrialRecord(pid, p, TrialStatus.SUCCEEDED, branin(p)))
-    return min(r.value for r in history if r.value is not None)
-
-
-def beats_random(make: Callable[[], Tuner], trials: int = 40) -> tuple[float, float]:
-    model = statistics.median(minimise(make, s, trials) for s in range(3))
-    rand = statistics.median(minimise(RandomTuner, s, trials) for s in range(3))
-    return model, rand
-
-
 def small(**kw: Any) -> MetisTuner:
     return MetisTuner(MetisArgs(cold_start_num=3, selection_num_starting_points=2, **kw))
 
@@ -80,10 +47,10 @@ class TestMetisExploitContract(TunerContract):
     spaces = (METIS_SPACE,)
 
 
-def test_beats_random_on_branin() -> None:
-    model, rand = beats_random(lambda: MetisTuner(MetisArgs(optimize_mode="minimize", selection_num_starting_points=3)))
-    assert model < rand
-    assert model < 0.6
+def test_branin_smoke() -> None:
+    """Past its cold start, in the domain and ahead of Random (quality figures: bench/quality.py)."""
+    check_branin_smoke(lambda: MetisTuner(MetisArgs(optimize_mode="minimize", selection_num_starting_points=3)),
+                       trials=25, below=0.6)  # Random's best here: 0.62
 
 
 def smooth_history(n: int = 16) -> list[TrialRecord]:

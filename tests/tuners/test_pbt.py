@@ -12,22 +12,11 @@ from nnix.core.status import TrialStatus
 from nnix.errors import SearchSpaceError, TunerError
 from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import Params, SearchSpace, contains
+from nnix.testing.spaces import EVERY_TYPE
 from nnix.testing.tuners import TunerContract
 from nnix.tuners.base import Direction, TrialRecord, TunerContext
 from nnix.tuners.pbt import LOAD_KEY, SAVE_KEY, PBTArgs, PBTTuner, checkpoint_dir, perturb
 
-EVERY_TYPE: dict[str, Any] = {
-    "a": {"_type": "choice", "_value": [1, "two", 3.5]},
-    "b": {"_type": "randint", "_value": [1, 10]},
-    "c": {"_type": "uniform", "_value": [0, 1]},
-    "d": {"_type": "quniform", "_value": [0, 10, 2.5]},
-    "e": {"_type": "loguniform", "_value": [1e-5, 1]},
-    "f": {"_type": "qloguniform", "_value": [1, 100, 1]},
-    "g": {"_type": "normal", "_value": [0, 1]},
-    "h": {"_type": "qnormal", "_value": [0, 1, 0.5]},
-    "i": {"_type": "lognormal", "_value": [0, 1]},
-    "j": {"_type": "qlognormal", "_value": [0, 1, 0.5]},
-}
 SMALL: dict[str, Any] = {"lr": {"_type": "uniform", "_value": [0, 1]}, "bs": {"_type": "choice", "_value": [16, 32]}}
 ROOT = os.path.join("ckpt", "exp")
 
@@ -54,7 +43,7 @@ class TestPBTContract(TunerContract):
 
 
 class TestPBTDefaultsContract(TestPBTContract):
-    tuner_factory = staticmethod(lambda: PBTTuner())
+    tuner_factory = staticmethod(lambda **_: PBTTuner())
     root = "checkpoint"
     rounds = 8
 

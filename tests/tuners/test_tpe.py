@@ -13,44 +13,13 @@ from nnix.core.status import TrialStatus
 from nnix.errors import NoMoreTrialsError
 from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace, contains, grid, key, sample
+from nnix.testing.spaces import CONTINUOUS, EVERY_TYPE, NESTED, QUADRATIC, SMALL
 from nnix.testing.tuners import TunerContract
 from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
 from nnix.tuners.random import RandomTuner
 from nnix.tuners.tpe import HyperoptArgs, TpeArgs, TpeLegacyTuner, TpeTuner, TpeTunerArgs
 
-SMALL: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": ["a", "b"]},
-    "r": {"_type": "randint", "_value": [0, 3]},
-}
-CONTINUOUS: dict[str, Any] = {
-    "lr": {"_type": "loguniform", "_value": [1e-4, 1e-1]},
-    "bs": {"_type": "choice", "_value": [16, 32, 64]},
-}
-EVERY_TYPE: dict[str, Any] = {
-    "a": {"_type": "choice", "_value": [1, "two", 3.5]},
-    "b": {"_type": "randint", "_value": [1, 10]},
-    "c": {"_type": "uniform", "_value": [0, 1]},
-    "d": {"_type": "quniform", "_value": [0, 10, 2.5]},
-    "e": {"_type": "loguniform", "_value": [1e-5, 1]},
-    "f": {"_type": "qloguniform", "_value": [1, 100, 1]},
-    "g": {"_type": "normal", "_value": [0, 1]},
-    "h": {"_type": "qnormal", "_value": [0, 1, 0.5]},
-    "i": {"_type": "lognormal", "_value": [0, 1]},
-    "j": {"_type": "qlognormal", "_value": [0, 1, 0.5]},
-}
-NESTED: dict[str, Any] = {
-    "layer": {
-        "_type": "choice",
-        "_value": [
-            {"_name": "Empty"},
-            {"_name": "Conv", "k": {"_type": "choice", "_value": [1, 3]}, "lr": {"_type": "uniform", "_value": [0, 1]}},
-            {"_name": "Dense", "units": {"_type": "quniform", "_value": [8, 32, 8]}},
-        ],
-    },
-    "act": {"_type": "choice", "_value": ["relu", "tanh"]},
-}
 NESTED_CONTINUOUS: dict[str, Any] = {**NESTED, "x": {"_type": "normal", "_value": [0, 2]}}
-QUADRATIC: dict[str, Any] = {"x": {"_type": "uniform", "_value": [-10, 10]}}
 
 
 def fast_tpe() -> Tuner:

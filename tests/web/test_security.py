@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,6 +24,7 @@ import pytest
 from nnix.core.state import ExperimentState
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import Registry, read_state
+from nnix.testing import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 EVIL = "evil.test"
@@ -192,13 +193,6 @@ def _server(host: str, pages: dict[str, str], forward: int | None = None) -> Thr
     return server
 
 
-def _wait(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
@@ -225,7 +219,7 @@ def experiment(tmp_path: Path) -> Iterator[tuple[Path, int, str]]:
     exp_id = next(line.split()[1] for line in r.stdout.splitlines() if line.startswith("Experiment "))
     try:
         exp_dir = Path(Registry().get(exp_id).dir)
-        _wait(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 1)
+        wait_until(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 1, 20.0)
         port = read_state(exp_dir, summary=True).manager_port
         assert port
         yield exp_dir, port, next(iter(read_state(exp_dir).trials))
@@ -258,6 +252,7 @@ def test_csrf_from_other_origins_changes_nothing(browser: Any, experiment: tuple
         outcomes: list[str] = []  # one per request the browser made to the manager: sent and answered, or not
         for origin in (cross, same_site):
             host, p = origin.server_address[:2]
+            assert isinstance(host, str)
             page = browser.new_page()
             for event in ("requestfinished", "requestfailed"):
                 page.on(event, lambda r, e=event: outcomes.append(f"{e} {r.method} {r.url} {r.failure or ''}")
@@ -340,5 +335,5 @@ def test_ui_changes_work_across_a_manager_restart(browser: Any, experiment: tupl
     page.fill("#ed-concurrency", "2")
     page.click("#ed-save")
     page.wait_for_function("() => document.querySelector('#ed-msg').textContent === 'saved'")
-    _wait(lambda: read_state(exp_dir).limits["trial_concurrency"] == 2)
+    wait_until(lambda: read_state(exp_dir).limits["trial_concurrency"] == 2, 20.0)
     page.close()

@@ -8,9 +8,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, read_state
+from nnix.testing import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
@@ -106,13 +106,6 @@ def _start(*args: str) -> tuple[str, str]:
     return exp_id, url
 
 
-def _wait(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def row(trial_id: str) -> str:
     return f'.vt-row[data-id="{trial_id}"]'
 
@@ -189,7 +182,7 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         page.fill("#ed-concurrency", "1")
         page.fill("#ed-maxtrials", "7")
         page.click("#ed-save")
-        _wait(lambda: read_state(exp_dir).limits["max_trial_number"] == 7)
+        wait_until(lambda: read_state(exp_dir).limits["max_trial_number"] == 7, 20.0)
         assert read_state(exp_dir).limits["trial_concurrency"] == 1
         page.wait_for_function("() => document.querySelector('#ed-msg').textContent === 'saved'")
 
@@ -198,7 +191,7 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         page.click("#detail-rerun")
         page.fill("#rerun-params", '{"x": 0.5, "opt": "b"}')
         page.click("#rerun-submit")
-        _wait(lambda: len(read_state(exp_dir).trials) == 7)
+        wait_until(lambda: len(read_state(exp_dir).trials) == 7, 20.0)
         custom = next(t for t in read_state(exp_dir).trials.values() if t.sequence_id == 6)
         assert custom.source == "customized" and custom.params == {"x": 0.5, "opt": "b"}
         page.wait_for_selector(row(custom.trial_id))
@@ -220,7 +213,7 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
         page.goto(url + "#/trials")
         page.click(row(running) + " button[data-act=kill]")
         page.click("#confirm-ok")
-        _wait(lambda: read_state(exp_dir).trials[running].status is TrialStatus.USER_CANCELED)
+        wait_until(lambda: read_state(exp_dir).trials[running].status is TrialStatus.USER_CANCELED, 20.0)
         page.wait_for_function(f"() => document.querySelector({json.dumps(row(running) + ' .c-status')})"
                                ".textContent === 'USER_CANCELED'")
         assert page.locator(row(running) + " button[data-act=kill]").count() == 0
@@ -286,7 +279,7 @@ def test_failed_trials_show_their_reason_in_the_table_and_the_detail(tmp_path: P
     reason = "FileNotFoundError: dataset not found: /data/cifar10 (exit code 1)"
     try:
         exp_dir = Path(Registry().get(exp_id).dir)
-        _wait(lambda: read_state(exp_dir).count(TrialStatus.FAILED) == 1, 30)
+        wait_until(lambda: read_state(exp_dir).count(TrialStatus.FAILED) == 1, 30)
         (tid,) = read_state(exp_dir).trials
         page.goto(url + "#/trials")
         page.wait_for_selector(row(tid) + " .c-reason .err")

@@ -1,5 +1,8 @@
 """NNI's experiment YAML shapes, translated to the native schema (:mod:`nnix.config`).
 
+The schema is an argument (the loader passes :class:`nnix.config.ExperimentConfig`), so this module
+imports nothing of :mod:`nnix.config` at module level: the config package imports it, not the reverse.
+
 Two steps, both pure functions of the parsed YAML:
 
 * :func:`translate_v1` turns a legacy v1 config (detected by a top-level ``trainingServicePlatform``)
@@ -27,7 +30,6 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic.fields import FieldInfo
 
-from nnix.config import ExperimentConfig
 from nnix.errors import ConfigError, FieldIssue
 from nnix.limits import brief
 
@@ -87,6 +89,13 @@ def _remap(loc: Loc, table: KeyMap) -> Loc:
 # Schema introspection
 
 
+def _default_schema() -> type[BaseModel]:
+    """The native schema, for direct calls without one (the loader always gives it)."""
+    from nnix.config.experiment import ExperimentConfig
+
+    return ExperimentConfig
+
+
 @cache
 def _field_index(cls: type[BaseModel]) -> dict[str, str]:
     return {norm_key(name): name for name in cls.model_fields}
@@ -99,6 +108,20 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     if get_origin(annotation) in (Union, types.UnionType):
         return [m for a in get_args(annotation) for m in _models_in(a)]
     return []
+
+
+def _choices(info: FieldInfo) -> tuple[list[type[BaseModel]], str | None]:
+    """The models a field holds directly, and the key that picks one of them (None: not a tagged union).
+
+    A field whose models are only known at run time (nnix's training services, from entry points) carries
+    in its ``Annotated`` metadata an object with ``models()`` and ``discriminator``.
+    """
+    for meta in info.metadata:
+        models = getattr(meta, "models", None)
+        discriminator = getattr(meta, "discriminator", None)
+        if callable(models) and isinstance(discriminator, str):
+            return list(models()), discriminator
+    return _models_in(info.annotation), info.discriminator if isinstance(info.discriminator, str) else None
 
 
 def _list_model(annotation: Any) -> type[BaseModel] | None:
@@ -125,14 +148,18 @@ def _tags(models: list[type[BaseModel]], discriminator: str) -> dict[Any, type[B
 
 
 @cache
-def _schema_field_names() -> frozenset[str]:
+def _schema_field_names(schema: type[BaseModel]) -> frozenset[str]:
     names: set[str] = set()
-    todo: list[type[BaseModel]] = [ExperimentConfig]
+    todo: list[type[BaseModel]] = [schema]
+    seen: set[type[BaseModel]] = set()
     while todo:
         model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
         for name, info in model.model_fields.items():
             names.add(name)
-            todo += _models_in(info.annotation)
+            todo += _choices(info)[0]
             nested = _list_model(info.annotation)
             if nested is not None:
                 todo.append(nested)
@@ -169,10 +196,12 @@ class Translation:
     issues: list[FieldIssue] = field(default_factory=list)
     suggested: set[Loc] = field(default_factory=set)
     """Schema locations an "unknown key, did you mean" issue points at (their "missing" is noise)."""
+    schema: type[BaseModel] | None = None
+    """The native schema translated to (default :class:`nnix.config.ExperimentConfig`)."""
 
     def user_loc(self, loc: Loc) -> Loc:
         """The location ``loc`` (schema field names) as the user spelled it."""
-        names = _schema_field_names()
+        names = _schema_field_names(self.schema or _default_schema())
         snake = self.style == "snake"
 
         def styled(parts: Loc) -> Loc:
@@ -197,7 +226,8 @@ class Translation:
 
 
 class _Normalizer:
-    def __init__(self) -> None:
+    def __init__(self, schema: type[BaseModel]) -> None:
+        self.schema = schema
         self.key_map: KeyMap = {}
         self.issues: list[tuple[Loc, str, str | None]] = []
         self.warnings: list[str] = []
@@ -256,7 +286,7 @@ class _Normalizer:
                 body[key] = value
                 renames[key] = "tuner"
                 self.warnings.append(f"{key} is deprecated in NNI; nnix treats it as the tuner")
-        out = self.model(body, ExperimentConfig, (), (), renames)
+        out = self.model(body, self.schema, (), (), renames)
         if not isinstance(out, dict):  # pragma: no cover - body is a dict
             return {}
         for name, value, user in self.lifted:
@@ -313,9 +343,9 @@ class _Normalizer:
     def value(self, value: Any, info: FieldInfo, native: Loc, user: Loc) -> Any:
         if native == ("training_service",):
             return self.service(value, info, user)
-        models = _models_in(info.annotation)
-        if models and isinstance(info.discriminator, str):
-            return self.tagged(value, models, info.discriminator, native, user)
+        models, discriminator = _choices(info)
+        if models and discriminator is not None:
+            return self.tagged(value, models, discriminator, native, user)
         if models:
             return self.model(value, models[0], native, user)
         item_model = _list_model(info.annotation)
@@ -353,8 +383,9 @@ class _Normalizer:
 
     def service(self, value: Any, info: FieldInfo, user: Loc) -> Any:
         native: Loc = ("training_service",)
-        discriminator = info.discriminator if isinstance(info.discriminator, str) else "platform"
-        models = [m for m in _models_in(info.annotation) if "hybrid" not in _tags([m], discriminator)]
+        choices, tag_key = _choices(info)
+        discriminator = tag_key or "platform"
+        models = [m for m in choices if "hybrid" not in _tags([m], discriminator)]
         if isinstance(value, list):
             if len(value) == 1:
                 self.warnings.append(f"{format_path(user)} is a list of one training service; using it")
@@ -391,8 +422,8 @@ class _Normalizer:
         snake = "_" in key
         spelled = {_spell(name, snake): name for name in cls.model_fields}
         hint = None
-        if cls is ExperimentConfig:
-            hint = _top_level_hint(key, snake)
+        if cls is self.schema:
+            hint = _top_level_hint(key, snake, self.schema)
         if hint is None:
             match = _did_you_mean(key, list(spelled))
             if match is not None:
@@ -403,24 +434,26 @@ class _Normalizer:
         self.issue((*user, key), "unknown key", hint)
 
 
-def _top_level_hint(key: str, snake: bool) -> str | None:
+def _top_level_hint(key: str, snake: bool, schema: type[BaseModel]) -> str | None:
     """A hint for a top-level key that belongs elsewhere (a nested section, or a v1 name)."""
     n = norm_key(key)
     if n in _V1_TOP_RENAMED and norm_key(_V1_TOP_RENAMED[n]) != n:
         return f"{brief(key)} is the v1 (legacy) name; use {_spell(to_snake(_V1_TOP_RENAMED[n]), snake)!r}"
-    for name, info in ExperimentConfig.model_fields.items():
-        for model in _models_in(info.annotation):
+    for name, info in schema.model_fields.items():
+        for model in _choices(info)[0]:
             if n in _field_index(model):
                 return f"{brief(key)} belongs under {_spell(name, snake)!r}"
     return None
 
 
-def normalize_v2(data: Mapping[str, Any]) -> tuple[dict[str, Any], KeyMap, list[str]]:
+def normalize_v2(
+    data: Mapping[str, Any], schema: type[BaseModel] | None = None
+) -> tuple[dict[str, Any], KeyMap, list[str]]:
     """A v2 config with schema field names, the key map for error paths, and warnings.
 
     Raises :class:`ConfigError` on keys that are unknown, repeated, or unsupported.
     """
-    normalizer = _Normalizer()
+    normalizer = _Normalizer(schema or _default_schema())
     out = normalizer.top(data)
     if normalizer.issues:
         raise ConfigError([FieldIssue(format_path(loc), m, h) for loc, m, h in normalizer.issues])
@@ -533,7 +566,8 @@ _V1_DEFAULT_ORIGINS: KeyMap = {
 
 
 class _V1:
-    def __init__(self) -> None:
+    def __init__(self, schema: type[BaseModel]) -> None:
+        self.schema = schema
         self.out: dict[str, Any] = {}
         self.origins: KeyMap = dict(_V1_DEFAULT_ORIGINS)
         self.warnings: list[str] = ["legacy v1 config format (trainingServicePlatform): translated to v2"]
@@ -556,7 +590,7 @@ class _V1:
         key = str(loc[-1])
         match = _did_you_mean(key, known)
         hint = f"did you mean {match!r}?" if match else None
-        if hint is None and len(loc) == 1 and norm_key(key) in _field_index(ExperimentConfig):
+        if hint is None and len(loc) == 1 and norm_key(key) in _field_index(self.schema):
             hint = (
                 f"{brief(key)} is a v2 key, but this file is read as v1 because it has trainingServicePlatform; "
                 "write trainingService: {platform: ...} instead to use the v2 format"
@@ -812,27 +846,29 @@ def is_v1(data: Mapping[str, Any]) -> bool:
     return any(isinstance(k, str) and norm_key(k) == "trainingserviceplatform" for k in data)
 
 
-def translate_v1(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def translate_v1(data: Mapping[str, Any], schema: type[BaseModel] | None = None) -> tuple[dict[str, Any], list[str]]:
     """A v1 config in the v2 shape (camelCase keys), with a warning per ignored field.
 
     Raises :class:`ConfigError` on unknown v1 keys and unsupported v1 features.
     """
-    v1 = _V1()
+    v1 = _V1(schema or _default_schema())
     out = v1.run(data)
     if v1.issues:
         raise ConfigError(v1.issues)
     return out, v1.warnings
 
 
-def translate(data: Mapping[str, Any]) -> Translation:
-    """Any NNI config (v1, or v2 in any key spelling) → schema field names. Never raises."""
+def translate(data: Mapping[str, Any], schema: type[BaseModel] | None = None) -> Translation:
+    """Any NNI config (v1, or v2 in any key spelling) → field names of ``schema`` (default
+    :class:`nnix.config.ExperimentConfig`). Never raises."""
+    schema = schema or _default_schema()
     fmt: Literal["v1", "v2"] = "v2"
     v1: _V1 | None = None
     if is_v1(data):
         fmt = "v1"
-        v1 = _V1()
+        v1 = _V1(schema)
         data = v1.run(data)
-    normalizer = _Normalizer()
+    normalizer = _Normalizer(schema)
     native = normalizer.top(data)
     origins = v1.origins if v1 is not None else {}
     issues = list(v1.issues) if v1 is not None else []
@@ -846,4 +882,5 @@ def translate(data: Mapping[str, Any]) -> Translation:
         warnings=(v1.warnings if v1 is not None else []) + normalizer.warnings,
         issues=issues,
         suggested=normalizer.suggested | (v1.suggested if v1 is not None else set()),
+        schema=schema,
     )

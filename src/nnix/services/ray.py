@@ -62,7 +62,7 @@ from urllib.parse import urlsplit
 
 from nnix.agent.runner import RunnerEvent, TrialSpec
 from nnix.errors import ServiceError
-from nnix.services import rayhead
+from nnix.services import rayguardian, rayhead
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
 
@@ -79,141 +79,9 @@ _AUTH_VAR = "RAY_AUTH_MODE"
 _PRIVATE_OBJECT_STORE = 200 * 1024 * 1024  # environments pass no data through Ray's object store
 _KV_NAMESPACE = "nnix"
 
-# The guardian: run by the actor's worker as ``python -c _GUARDIAN <ctl fd> <status fd> <grace> <argv...>``.
-# Standard library only (the Ray worker's Python need not have nnix). Status lines to <status fd> are JSON:
-# {"pid", "agent"} once the agent runs (or {"error"}), then {"status", "why"} when it is over.
-_GUARDIAN = r"""
-import json, os, select, signal, sys, time
-
-def alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-
-def descendants(root):
-    children = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open("/proc/%s/stat" % name, "rb") as f:
-                    stat = f.read()
-                children.setdefault(int(stat[stat.rfind(b")") + 2:].split()[1]), []).append(int(name))
-            except (OSError, ValueError, IndexError):
-                pass
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), ()):
-            out.append(c)
-            todo.append(c)
-    return out
-
-statuses = {}
-
-def reap():
-    while True:
-        try:
-            pid, st = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        statuses[pid] = os.waitstatus_to_exitcode(st)
-
-def kill_tree(grace, agent):
-    own = os.getpgid(0)
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
-        if not os.path.isdir("/proc"):  # no process table to walk: the agent only
-            if agent not in statuses:
-                try:
-                    os.kill(agent, sig)
-                except OSError:
-                    pass
-                time.sleep(min(wait, 1.0))
-                reap()
-            continue
-        pids = [p for p in descendants(os.getpid()) if alive(p)]
-        if not pids:
-            return
-        for p in pids:
-            try:
-                g = os.getpgid(p)
-                if g != own:
-                    os.killpg(g, sig)
-            except OSError:
-                pass
-            try:
-                os.kill(p, sig)
-            except OSError:
-                pass
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(alive(p) for p in pids):
-            reap()
-            time.sleep(0.05)
-        reap()
-
-def main():
-    ctl, out, grace, argv = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
-    if os.fork():
-        os._exit(0)
-    os.set_inheritable(ctl, False)
-    os.set_inheritable(out, False)
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:
-        pass
-
-    def say(**kw):
-        try:
-            os.write(out, (json.dumps(kw) + "\n").encode())
-        except OSError:
-            pass
-
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    stop = []
-    signal.signal(signal.SIGCHLD, lambda *a: None)
-    signal.signal(signal.SIGTERM, lambda *a: stop.append("terminated by a signal"))
-    signal.signal(signal.SIGINT, lambda *a: stop.append("interrupted"))
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    reset = [s for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGPIPE,
-                         getattr(signal, "SIGXFSZ", None)) if s is not None]
-    try:
-        agent = os.posix_spawnp(argv[0], argv, dict(os.environ), setsigdef=reset, setsigmask=())
-    except OSError as e:
-        print("nnix guardian: cannot run %s: %s" % (argv[0], e), flush=True)
-        say(error="cannot run %s: %s" % (argv[0], e))
-        return
-    print("nnix guardian %d: agent %d started" % (os.getpid(), agent), flush=True)
-    say(pid=os.getpid(), agent=agent)
-    why = ""
-    while agent not in statuses and not stop:
-        r, _, _ = select.select([ctl, wake_r], [], [], 5.0)
-        try:
-            while os.read(wake_r, 512):
-                pass
-        except OSError:
-            pass
-        reap()
-        if ctl in r:
-            try:
-                data = os.read(ctl, 64)
-            except OSError:
-                data = b""
-            stop.append("stop requested" if data else "the Ray actor is gone")
-    if agent not in statuses:
-        why = stop[0]
-        print("nnix guardian: %s; stopping the agent and its trials" % why, flush=True)
-    kill_tree(grace, agent)
-    say(status=statuses.get(agent), why=why)
-
-main()
-"""
+# The guardian (nnix.services.rayguardian), shipped as its source text: the actor's worker runs it as
+# ``python -c _GUARDIAN <ctl fd> <status fd> <grace> <argv...>`` (its Python need not have nnix).
+_GUARDIAN = Path(rayguardian.__file__).read_text(encoding="utf-8")
 
 
 def _actor_class() -> type:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from nnix.core.events import MetricReported
 from nnix.core.status import MetricType, TrialStatus
 from nnix.home import STORE_NAME, Registry, pid_alive, read_state
 from nnix.store.sqlite import SqliteStore
+from nnix.testing.waiting import wait_until
 
 NNIX = [sys.executable, "-m", "nnix.cli.main"]
 
@@ -35,14 +35,6 @@ def created_id(out: str) -> str:
         if line.startswith("Experiment ") and "started" in line:
             return line.split()[1]
     raise AssertionError(f"no experiment id in: {out!r}")
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not reached within {timeout:.0f} s")
-        time.sleep(0.05)
 
 
 def fast_reporting_config(
@@ -103,7 +95,7 @@ def kill_manager(exp_id: str) -> bool:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return False
-    wait_for(lambda: not pid_alive(pid), 30, f"manager {pid} gone after kill -9")
+    wait_until(lambda: not pid_alive(pid), 30, f"manager {pid} gone after kill -9")
     return True
 
 

@@ -210,3 +210,48 @@ class TunerContract:
         for i, params in enumerate(points[:count]):
             records.append(record_for(i, params, STATUS_CYCLE[(i + 1) % len(STATUS_CYCLE)]))
         return records
+
+
+def drive(
+    tuner: Tuner,
+    raw: dict[str, Any],
+    objective: Callable[[Params], float],
+    trials: int,
+    seed: int,
+    batch: int = 1,
+    direction: Direction = Direction.MINIMIZE,
+) -> list[TrialRecord]:
+    """Run ``tuner`` on ``objective`` over the space ``raw`` for ``trials`` trials asked ``batch`` ids at a
+    time (every trial succeeds at once); the whole history."""
+    space = SearchSpace.from_json(raw)
+    history: list[TrialRecord] = []
+    while len(history) < trials:
+        ids = list(range(len(history), min(trials, len(history) + batch)))
+        proposals = tuner.suggest(TunerContext(space, direction, seed, tuple(history)), ids)
+        assert len(proposals) == len(ids), f"asked for {len(ids)} proposals, got {len(proposals)}"
+        history += [TrialRecord(pid, p, TrialStatus.SUCCEEDED, objective(p)) for pid, p in zip(ids, proposals,
+                                                                                                strict=True)]
+    return history
+
+
+def best(history: Sequence[TrialRecord]) -> float:
+    """The lowest value in ``history``."""
+    return min(r.value for r in history if r.value is not None)
+
+
+def check_branin_smoke(make: Callable[[], Tuner], trials: int, seed: int = 0, below: float | None = None) -> None:
+    """A fast smoke test of a model-based tuner on Branin: ``trials`` proposals (past its cold start) are in
+    the domain and the best of them beats Random's best at the same budget and seed (and ``below``, if given;
+    Branin's optimum is 0.397887). Determinism is the contract suite's. The tuner's quality, medians over
+    seeds and budgets, is measured by ``bench/quality.py`` (``--problems branin --tuners gp,metis,dngo,random
+    --trials 40 --seeds 3 --no-optuna``)."""
+    from nnix.testing.spaces import SQUARE, branin
+    from nnix.tuners.random import RandomTuner
+
+    history = drive(make(), SQUARE, branin, trials, seed)
+    space = SearchSpace.from_json(SQUARE)
+    assert all(contains(space, r.params) for r in history), [r.params for r in history]
+    random_best = best(drive(RandomTuner(), SQUARE, branin, trials, seed))
+    assert best(history) < random_best, (best(history), random_best)
+    if below is not None:
+        assert best(history) < below, best(history)

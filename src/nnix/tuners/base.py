@@ -84,4 +84,3 @@ class Tuner(Protocol):
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         """Propose up to ``len(parameter_ids)`` parameter sets, one per id, in order."""
         ...
-

@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 from pydantic import Field, field_validator, model_validator
 from scipy.special import ndtr, ndtri
 
-from nnix.space import Param, Params, SearchSpace, _json_equal, key
+from nnix.space import Params, SearchSpace, key
 from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext, rng_for
 from nnix.tuners.hyperband import (
     TRIAL_BUDGET,
@@ -58,13 +58,14 @@ from nnix.tuners.hyperband import (
     random_config,
     seen_configs,
 )
+from nnix.tuners.transform import EDGE as _EDGE
+from nnix.tuners.transform import SpaceTransform
 
 __all__ = ["BohbArgs", "BohbTuner", "Encoding"]
 
 Array = NDArray[np.float64]
 _TINY = 1e-32
 MODEL_STREAM = 1000
-_EDGE = 1e-9
 
 
 class BohbArgs(TunerArgs):
@@ -99,21 +100,15 @@ class BohbArgs(TunerArgs):
 
 
 # --------------------------------------------------------------------------------------------------
-# encoding to the unit cube
+# encoding to the unit cube (the shared space transform)
 
 
-@dataclass(frozen=True)
-class _Dim:
-    param: Param
-    categories: int  # 0: continuous in [0, 1]
-
-
-class Encoding:
+class Encoding(SpaceTransform):
     """Top-level parameters <-> rows of floats: ``[0, 1]`` for numeric ones, an option index for choices."""
 
     def __init__(self, space: SearchSpace) -> None:
-        self.space = space
-        self.dims = tuple(_Dim(p, len(p.choices) if p.type == "choice" else 0) for p in space.params)
+        super().__init__(space, randint="ordinal", choice="categorical")
+        self.dims = self.columns
 
     @property
     def size(self) -> int:
@@ -121,64 +116,16 @@ class Encoding:
 
     def encode(self, params: Any) -> Array | None:
         """The row of a parameter set, or None when it is not a point of this space."""
-        if not isinstance(params, dict):
-            return None
-        row = np.empty(self.size)
-        for j, d in enumerate(self.dims):
-            if d.param.name not in params:
-                return None
-            x = _encode_one(d.param, params[d.param.name])
-            if x is None:
-                return None
-            row[j] = x
-        return row
+        return self.to_unit(params) if isinstance(params, dict) else None
 
     def decode(self, row: Array, rng: np.random.Generator) -> Params:
-        out: Params = {}
-        for j, d in enumerate(self.dims):
-            out[d.param.name] = _decode_one(d.param, float(row[j]), rng)
+        """The parameter set of a row; the sub-parameters of a nested choice are drawn at random."""
+        out = self.from_unit(row)
+        for c in self.dims:
+            if c.param.nested:
+                index = int(row[c.col])
+                out[c.param.name].update({sub.name: sub.sample(rng) for sub in c.param.branches[index]})
         return out
-
-
-def _encode_one(p: Param, v: Any) -> float | None:
-    if p.type == "choice":
-        if p.nested:
-            name = v.get("_name") if isinstance(v, dict) else None
-            idx = [i for i, c in enumerate(p.choices) if _json_equal(name, c)]
-        else:
-            idx = [i for i, c in enumerate(p.choices) if _json_equal(v, c)]
-        return float(idx[0]) if idx else None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    if p.type == "randint":
-        low, high = float(p.low or 0), float(p.high or 0)
-        return min(max((v - low + 0.5) / (high - low), 0.0), 1.0)
-    x = float(v)
-    if p.log:
-        if x <= 0:
-            return 0.0 if p.is_bounded else _EDGE
-        x = math.log(x)
-    if p.is_bounded:
-        lo, hi = p.internal_bounds()
-        return min(max((x - lo) / (hi - lo), 0.0), 1.0)
-    return float(min(max(ndtr((x - float(p.mu or 0)) / float(p.sigma or 1)), _EDGE), 1 - _EDGE))
-
-
-def _decode_one(p: Param, u: float, rng: np.random.Generator) -> Any:
-    if p.type == "choice":
-        index = int(u)
-        if p.nested:
-            return {"_name": p.choices[index], **{sub.name: sub.sample(rng) for sub in p.branches[index]}}
-        return p.choice_value(index)
-    u = min(max(u, 0.0), 1.0)
-    if p.type == "randint":
-        low, high = int(p.low or 0), int(p.high or 0)
-        return low + min(int(u * (high - low)), high - low - 1)
-    if p.is_bounded:
-        lo, hi = p.internal_bounds()
-        return p.from_internal(lo + u * (hi - lo))
-    z = float(ndtri(min(max(u, _EDGE), 1 - _EDGE)))
-    return p.from_internal(float(p.mu or 0) + float(p.sigma or 1) * z)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -299,9 +246,7 @@ class BohbTuner:
             out.setdefault(_budget_key(budget), []).append((sign * perf, row))
         return out
 
-    def _model(
-        self, enc: Encoding, history: Sequence[TrialRecord], direction: Direction
-    ) -> tuple[_Kde, _Kde] | None:
+    def _model(self, enc: Encoding, history: Sequence[TrialRecord], direction: Direction) -> tuple[_Kde, _Kde] | None:
         d = enc.size
         if d == 0:
             return None

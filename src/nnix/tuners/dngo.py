@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -48,22 +47,18 @@ from pydantic import Field
 from scipy.optimize import minimize
 
 from nnix.space import Params
-from nnix.tuners.base import TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
-from nnix.tuners.gp import (
-    LOCAL_CENTRES,
-    LOCAL_POINTS,
-    LOCAL_SCALE,
+from nnix.tuners.base import TunerArgs, rng_for
+from nnix.tuners.bo import (
     Array,
-    EncodingCache,
+    BayesianTuner,
     Observations,
+    Step,
     UnitEncoding,
     acquisition,
-    collect,
-    exhausted,
-    propose_random,
+    best_and_recent,
+    best_centres,
+    candidate_points,
     select_new,
-    single_threaded_blas,
 )
 
 __all__ = ["DNGOArgs", "DNGOTuner"]
@@ -207,24 +202,29 @@ def _with_bias(features: Array) -> Array:
 def _training_indices(n: int, y: Array, per_update: int) -> NDArray[np.int64]:
     """Indices of the results the current network is trained on (see the module docstring)."""
     m = (n // per_update) * per_update
-    if m <= TRAIN_POINTS:
-        return np.arange(m)
-    first = y[:m]
-    best = np.argsort(-first, kind="stable")[: TRAIN_POINTS // 2]
-    rest = np.setdiff1d(np.arange(m), best)[-(TRAIN_POINTS - best.shape[0]) :]
-    return np.sort(np.concatenate([best, rest]))
+    return best_and_recent(y[:m], TRAIN_POINTS)
 
 
-class DNGOTuner:
+@dataclass(frozen=True)
+class _Surrogate:
+    """The network and the regression on its features over every result."""
+
+    net: Network
+    regression: BayesianLinear
+    phi: Array  # the results' features (with the bias)
+
+    def predict(self, z: Array) -> tuple[Array, Array]:
+        return self.regression.predict(_with_bias(self.net.features(z)))
+
+
+class DNGOTuner(BayesianTuner[DNGOArgs, _Surrogate]):
     """DNGO; see the module docstring."""
 
     Args: ClassVar[type[TunerArgs]] = DNGOArgs
-    heavy: ClassVar[bool] = True
+    name: ClassVar[str] = "DNGO"
 
     def __init__(self, args: DNGOArgs | None = None) -> None:
-        self.args = args or DNGOArgs()
-        self._dedup = Deduplicator()
-        self._cache = EncodingCache()
+        super().__init__(args or DNGOArgs())
         self._network: tuple[bytes, Network] | None = None  # (training-data tag, network): a cache
 
     def network(self, obs: Observations, seed: int) -> Network | None:
@@ -246,57 +246,22 @@ class DNGOTuner:
         self._network = (tag, net)
         return net
 
-    def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
-        with single_threaded_blas():
-            return self._suggest(ctx, parameter_ids)
+    def fit(self, enc: UnitEncoding, obs: Observations, seed: int) -> _Surrogate | None:
+        net = self.network(obs, seed) if enc.d > 0 and obs.n >= self.args.trials_per_update else None
+        if net is None:
+            return None
+        phi = _with_bias(net.features(obs.x))
+        return _Surrogate(net, BayesianLinear(phi, obs.y), phi)
 
-    def _suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
-        if not parameter_ids:
-            return []
-        args = self.args
-        enc = UnitEncoding(ctx.space, "DNGO")
-        seed = args.seed if args.seed is not None else ctx.seed
-        self._dedup.begin(ctx)
-        obs = collect(ctx.history, enc, ctx.direction, self._cache)
-        net = self.network(obs, seed) if enc.d > 0 and obs.n >= args.trials_per_update else None
-        regression: BayesianLinear | None = None
-        phi_obs = np.empty((0, 0))
-        if net is not None:
-            phi_obs = _with_bias(net.features(obs.x))
-            regression = BayesianLinear(phi_obs, obs.y)
-        liar = float(obs.y.min()) if obs.n else 0.0
-        fantasies: list[Array] = list(obs.pending)
-        out: list[Params] = []
-        for pid in parameter_ids:
-            if net is None or regression is None:
-                params = propose_random(ctx.space, seed, pid, self._dedup)
-            else:
-                model = regression
-                if fantasies:
-                    phi = np.vstack([phi_obs, _with_bias(net.features(np.array(fantasies)))])
-                    y = np.concatenate([obs.y, np.full(len(fantasies), liar)])
-                    model = BayesianLinear(phi, y, (regression.alpha, regression.beta))
-                params = self._propose(enc, net, model, obs, rng_for(seed, pid, _STREAM_CANDIDATES))
-            if params is None:
-                if not out:
-                    raise exhausted()
-                break
-            self._dedup.take(params)
-            out.append(params)
-            u = enc.encode(params)
-            if u is not None:
-                fantasies.append(u)
-        return out
-
-    def _propose(
-        self, enc: UnitEncoding, net: Network, model: BayesianLinear, obs: Observations, rng: np.random.Generator
-    ) -> Params | None:
-        d = enc.d
-        parts = [rng.random((min(self.args.sample_size, SAMPLE_CAP), d))]
-        centres = obs.x[np.argsort(-obs.y, kind="stable")[:LOCAL_CENTRES]]
-        picks = centres[rng.integers(centres.shape[0], size=LOCAL_POINTS)]
-        parts.append(np.clip(picks + LOCAL_SCALE * rng.standard_normal((LOCAL_POINTS, d)), 0.0, 1.0))
-        candidates = enc.snap(np.vstack(parts))
-        mu, sd = model.predict(_with_bias(net.features(candidates)))
+    def propose(self, model: _Surrogate, step: Step) -> Params | None:
+        enc, obs, fantasies, liar = step.enc, step.obs, step.fantasies, step.liar
+        net, regression = model.net, model.regression
+        if fantasies:
+            phi = np.vstack([model.phi, _with_bias(net.features(np.array(fantasies)))])
+            y = np.concatenate([obs.y, np.full(len(fantasies), liar)])
+            regression = BayesianLinear(phi, y, (regression.alpha, regression.beta))
+        rng = step.rng(_STREAM_CANDIDATES)
+        candidates = candidate_points(enc, rng, min(self.args.sample_size, SAMPLE_CAP), best_centres(obs))
+        mu, sd = regression.predict(_with_bias(net.features(candidates)))
         ei = acquisition("ei", mu, sd, float(obs.y.max()), 0.0, 0.0)[0]
         return select_new(enc, candidates[np.argsort(-ei, kind="stable")], self._dedup)

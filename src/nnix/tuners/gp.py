@@ -53,12 +53,10 @@ classArgs (NNI's, NNI defaults): ``optimize_mode`` (maximize), ``utility`` (ei),
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -66,14 +64,34 @@ from pydantic import Field
 from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
 from scipy.special import gamma as gamma_fn
-from scipy.special import kv, ndtr
+from scipy.special import kv
 
-from nnix.errors import FieldIssue, NoMoreTrialsError, SearchSpaceError
-from nnix.space import Param, Params, SearchSpace, sample
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
+from nnix.space import Params
+from nnix.tuners.base import TunerArgs
+from nnix.tuners.bo import (
+    MIN_OBSERVATIONS,
+    STARTS_CAP,
+    Array,
+    BayesianTuner,
+    EncodingCache,
+    Observations,
+    Step,
+    UnitEncoding,
+    acquisition,
+    acquisition_score,
+    acquisition_score_grad,
+    best_and_recent,
+    best_centres,
+    collect,
+    maximize_in_cube,
+    propose_random,
+    select_new,
+    single_threaded_blas,
+    warm_up_size,
+)
+from nnix.tuners.bo import Utility as Utility
 
-__all__ = [
+__all__ = [  # the toolkit's names stay importable from here
     "EncodingCache",
     "GPArgs",
     "GPModel",
@@ -90,248 +108,10 @@ __all__ = [
     "warm_up_size",
 ]
 
-Array = NDArray[np.float64]
-
 MODEL_POINTS = 300  # observations the posterior is conditioned on
 FIT_POINTS = 100  # observations the hyper-parameters are fitted on
-WARM_UP_CAP = 2000  # random warm-up points (selection_num_warm_up is capped to this) ...
-WARM_UP_BASE, WARM_UP_PER_DIM = 500, 150  # ... and to this many plus this many per parameter
-
-
-def warm_up_size(requested: int, d: int) -> int:
-    """How many random warm-up points a proposal scores (the cap of the module docstring)."""
-    return max(1, min(requested, WARM_UP_CAP, WARM_UP_BASE + WARM_UP_PER_DIM * d))
-
-
-LOCAL_POINTS = 200  # perturbations of the best observations added to the warm-up points
-LOCAL_CENTRES = 5  # ... around this many best observations
-LOCAL_SCALE = 0.05  # ... with this standard deviation in the unit cube
-STARTS_CAP = 5  # L-BFGS-B refinements (selection_num_starting_points is capped to this)
-LOCAL_ITERATIONS = 30  # iterations of each refinement
-MIN_OBSERVATIONS = 2  # the model needs at least this many observations, whatever cold_start_num says
 FIT_ITERATIONS = 50  # L-BFGS-B iterations of the hyper-parameter fit
-_RANDOM_DRAWS = 8  # random draws per random proposal before falling back to the grid (discrete spaces)
-
 _STREAM_ACQ = 1  # random stream of a proposal's warm-up points
-
-GP_TYPES = frozenset({"choice", "randint", "uniform", "quniform", "loguniform", "qloguniform"})
-
-
-# --------------------------------------------------------------------------------------------------
-# the unit cube
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
-
-
-@dataclass(frozen=True)
-class _Dim:
-    param: Param
-    levels: int  # 0: continuous; otherwise the number of ordered levels (randint, numeric choice)
-    lo: float = 0.0  # continuous: internal bounds (logs for log types)
-    hi: float = 1.0
-    order: tuple[int, ...] = ()  # choice: option indices sorted by value
-    values: tuple[float, ...] = ()  # choice: option values in that order
-
-
-class UnitEncoding:
-    """A numeric search space as the unit cube ``[0, 1]^d`` (see the module docstring).
-
-    Raises :class:`SearchSpaceError` naming every parameter ``tuner`` cannot model.
-    """
-
-    def __init__(self, space: SearchSpace, tuner: str, supported: Collection[str] = GP_TYPES) -> None:
-        issues: list[FieldIssue] = []
-        dims: list[_Dim] = []
-        allowed = ", ".join(t if t != "choice" else "choice (numeric options)" for t in sorted(supported))
-        for p in space.params:
-            path = "searchSpace." + ".".join(str(k) for k in p.key)
-            if p.nested:
-                issues.append(
-                    FieldIssue(
-                        path,
-                        f"{tuner} does not support nested choice",
-                        "flatten the search space, or use TPE, Random, Anneal or Evolution",
-                    )
-                )
-                continue
-            if p.type not in supported:
-                issues.append(FieldIssue(path, f"{tuner} does not support {p.type!r}", f"supported types: {allowed}"))
-                continue
-            if p.type == "choice":
-                bad = [o for o in p.choices if not _is_number(o) or not math.isfinite(o)]
-                if bad:
-                    issues.append(
-                        FieldIssue(
-                            path,
-                            f"{tuner} supports only numeric choice options, got {bad[0]!r}",
-                            "use numbers (e.g. 0, 1, 2) and map them to your values in the trial code, or use TPE",
-                        )
-                    )
-                    continue
-                order = tuple(sorted(range(len(p.choices)), key=lambda i: (float(p.choices[i]), i)))
-                dims.append(_Dim(p, len(order), order=order, values=tuple(float(p.choices[i]) for i in order)))
-            elif p.type == "randint":
-                dims.append(_Dim(p, int(p.size or 1)))
-            else:
-                lo, hi = p.internal_bounds()
-                dims.append(_Dim(p, 0, lo, hi))
-        if issues:
-            raise SearchSpaceError(issues)
-        self.space = space
-        self.dims: tuple[_Dim, ...] = tuple(dims)
-
-    @property
-    def d(self) -> int:
-        return len(self.dims)
-
-    def encode(self, params: Any) -> Array | None:
-        """The unit-cube point of a parameter set (values outside the bounds are clipped); None when
-        it is not a point of this space's shape (a missing key, a non-number, an unknown option)."""
-        if not isinstance(params, Mapping):
-            return None
-        u = np.empty(self.d)
-        for j, dim in enumerate(self.dims):
-            raw = params.get(dim.param.name)
-            if not isinstance(raw, (int, float, np.integer, np.floating)) or isinstance(raw, (bool, np.bool_)):
-                return None
-            v = float(raw)
-            if not math.isfinite(v):
-                return None
-            if dim.levels == 0:
-                if dim.param.log:
-                    if v <= 0:
-                        return None
-                    v = math.log(v)
-                u[j] = (v - dim.lo) / (dim.hi - dim.lo)
-            elif dim.param.type == "randint":
-                index = v - float(dim.param.low or 0)
-                u[j] = (min(max(math.floor(index), 0), dim.levels - 1) + 0.5) / dim.levels
-            else:
-                matches = [k for k, x in enumerate(dim.values) if x == v]
-                if not matches:
-                    return None
-                u[j] = (matches[0] + 0.5) / dim.levels
-        return np.clip(u, 0.0, 1.0)
-
-    def decode(self, u: Array) -> Params:
-        """The parameter set at unit-cube point ``u`` (always a valid point of the space)."""
-        out: Params = {}
-        for j, dim in enumerate(self.dims):
-            x = min(max(float(u[j]), 0.0), 1.0)
-            p = dim.param
-            if dim.levels == 0:
-                out[p.name] = p.from_internal(dim.lo + x * (dim.hi - dim.lo))
-            else:
-                index = min(int(x * dim.levels), dim.levels - 1)
-                out[p.name] = int(p.low or 0) + index if p.type == "randint" else p.choice_value(dim.order[index])
-        return out
-
-    def snap(self, points: Array) -> Array:
-        """Each row moved to the point that would really be proposed (levels, q grids, bounds)."""
-        out = np.clip(points, 0.0, 1.0)
-        for j, dim in enumerate(self.dims):
-            col = out[:, j]
-            if dim.levels:
-                out[:, j] = (np.minimum(np.floor(col * dim.levels), dim.levels - 1) + 0.5) / dim.levels
-            elif dim.param.q is not None:
-                low, high, q = float(dim.param.low or 0), float(dim.param.high or 0), dim.param.q
-                x = dim.lo + col * (dim.hi - dim.lo)
-                v = np.exp(x) if dim.param.log else x
-                v = np.clip(np.round(v / q) * q, low, high)
-                x = np.log(v) if dim.param.log else v
-                out[:, j] = np.clip((x - dim.lo) / (dim.hi - dim.lo), 0.0, 1.0)
-        return out
-
-    def snap_one(self, u: Array) -> Array:
-        snapped: Array = self.snap(u[None, :])[0]
-        return snapped
-
-
-# --------------------------------------------------------------------------------------------------
-# the history
-
-
-@dataclass(frozen=True)
-class Observations:
-    """The history in the unit cube: ``x``/``y`` the observations (``y`` to be maximised), ``pending``
-    the running and waiting trials."""
-
-    x: Array
-    y: Array
-    pending: Array
-    positions: NDArray[np.int64]  # each observation's index in the history
-
-    @property
-    def n(self) -> int:
-        return int(self.x.shape[0])
-
-
-def collect(
-    history: Sequence[TrialRecord], enc: UnitEncoding, direction: Direction, cache: EncodingCache | None = None
-) -> Observations:
-    """Observations (records with a finite final value, any status) and pending points (trials not
-    yet ended, without a value); records that are not points of the space are skipped."""
-    sign = 1.0 if direction is Direction.MAXIMIZE else -1.0
-    points = cache.encode_all(history, enc) if cache is not None else [enc.encode(r.params) for r in history]
-    xs: list[Array] = []
-    ys: list[float] = []
-    positions: list[int] = []
-    pending: list[Array] = []
-    for i, (r, u) in enumerate(zip(history, points, strict=True)):
-        if u is None:
-            continue
-        if r.value is not None and math.isfinite(r.value):
-            xs.append(u)
-            ys.append(sign * float(r.value))
-            positions.append(i)
-        elif not r.status.is_terminal:
-            pending.append(u)
-    d = enc.d
-    return Observations(
-        x=np.array(xs, dtype=float).reshape(-1, d),
-        y=np.array(ys, dtype=float),
-        pending=np.array(pending, dtype=float).reshape(-1, d),
-        positions=np.array(positions, dtype=np.int64),
-    )
-
-
-class EncodingCache:
-    """The unit-cube points of a history's parameter sets, extended while the history grows.
-
-    A cache only: :meth:`encode_all` answers what ``enc.encode`` would for every record.
-    """
-
-    def __init__(self) -> None:
-        self._space: SearchSpace | None = None
-        self._records: list[TrialRecord] = []
-        self._points: list[Array | None] = []
-
-    def encode_all(self, history: Sequence[TrialRecord], enc: UnitEncoding) -> list[Array | None]:
-        same_space = self._space is enc.space
-        extends = same_space and len(history) >= len(self._records)
-        if extends:
-            for old, new in zip(self._records, history, strict=False):
-                if old is not new and (old.parameter_id != new.parameter_id or old.params != new.params):
-                    extends = False
-                    break
-        if not extends:
-            self._space, self._records, self._points = enc.space, [], []
-        for record in history[len(self._records) :]:
-            self._records.append(record)
-            self._points.append(enc.encode(record.params))
-        return list(self._points)
-
-
-def _best_and_recent(y: Array, cap: int) -> NDArray[np.int64]:
-    """Indices of at most ``cap`` observations: the best half of the cap, then the most recent others."""
-    n = y.shape[0]
-    if n <= cap:
-        return np.arange(n)
-    best = np.argsort(-y, kind="stable")[: cap // 2]
-    rest = np.setdiff1d(np.arange(n), best)[-(cap - best.shape[0]) :]
-    return np.sort(np.concatenate([best, rest]))
 
 
 def _best_and_spread(y: Array, cap: int) -> NDArray[np.int64]:
@@ -486,6 +266,10 @@ class GPModel:
             np.vstack([self.x, x]), np.concatenate([self.y, y]), self.hyper, self.nu, self.alpha, self.mean, self.scale
         )
 
+    def with_liars(self, points: Sequence[Array], liar: float) -> GPModel:
+        """The same model with ``points`` observed at the value ``liar`` (a constant liar)."""
+        return self.condition(np.array(points), np.full(len(points), liar)) if points else self
+
     def predict(self, z: Array) -> tuple[Array, Array]:
         """Posterior mean and standard deviation (of the latent function) at the rows of ``z``."""
         ks = self._k(z / self.hyper.lengths, self._xs)
@@ -514,7 +298,7 @@ class GPModel:
 
 def fit_gp(obs: Observations, nu: float = 2.5, alpha: float = 1e-6) -> GPModel:
     """Fit a GP to the observations, within the cost caps of the module docstring."""
-    keep = _best_and_recent(obs.y, MODEL_POINTS)
+    keep = best_and_recent(obs.y, MODEL_POINTS)
     x, y = obs.x[keep], obs.y[keep]
     mean = float(y.mean())
     scale = float(y.std())
@@ -525,133 +309,6 @@ def fit_gp(obs: Observations, nu: float = 2.5, alpha: float = 1e-6) -> GPModel:
     model = GPModel(x, y, hyper, nu, alpha, mean, scale)
     model.source = keep
     return model
-
-
-# --------------------------------------------------------------------------------------------------
-# acquisition
-
-
-Utility = Literal["ei", "ucb", "poi"]
-
-
-def _phi(z: Array) -> Array:
-    out: Array = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    return out
-
-
-def acquisition(
-    utility: Utility, mu: Array, sd: Array, best: float, kappa: float, xi: float
-) -> tuple[Array, Array, Array]:
-    """Value of the acquisition and its derivatives with respect to ``mu`` and ``sd`` (maximisation)."""
-    if utility == "ucb":
-        return mu + kappa * sd, np.ones_like(mu), np.full_like(sd, kappa)
-    z = (mu - best - xi) / sd
-    cdf, pdf = ndtr(z), _phi(z)
-    if utility == "poi":
-        return cdf, pdf / sd, -z * pdf / sd
-    return (mu - best - xi) * cdf + sd * pdf, cdf, pdf
-
-
-Score = Callable[[Array], Array]
-ScoreGrad = Callable[[Array], tuple[float, Array]]
-
-
-def maximize_in_cube(
-    enc: UnitEncoding,
-    score: Score,
-    score_grad: ScoreGrad | None,
-    rng: np.random.Generator,
-    warm_up: int,
-    starts: int,
-    centres: Array,
-) -> tuple[Array, Array]:
-    """Candidates (snapped to proposable points) and their scores, best first: ``warm_up`` random
-    points, ``LOCAL_POINTS`` perturbations of ``centres``, and L-BFGS-B refinements of the best
-    ``starts`` of those (when ``score_grad`` is given)."""
-    d = enc.d
-    parts = [rng.random((max(1, warm_up), d))]
-    if centres.shape[0]:
-        picks = centres[rng.integers(centres.shape[0], size=LOCAL_POINTS)]
-        parts.append(np.clip(picks + LOCAL_SCALE * rng.standard_normal((LOCAL_POINTS, d)), 0.0, 1.0))
-    cand = enc.snap(np.vstack(parts))
-    values = score(cand)
-    if score_grad is not None and starts > 0:
-        refined: list[Array] = []
-        seen: set[bytes] = set()
-        for i in np.argsort(-values, kind="stable"):
-            if len(seen) >= starts:
-                break
-            start = cand[i]
-            tag = start.round(6).tobytes()
-            if tag in seen:
-                continue
-            seen.add(tag)
-
-            def neg(z: Array) -> tuple[float, Array]:
-                v, g = score_grad(z)
-                return -v, -g
-
-            try:
-                res = minimize(
-                    neg,
-                    start,
-                    jac=True,
-                    method="L-BFGS-B",
-                    bounds=[(0.0, 1.0)] * d,
-                    options={"maxiter": LOCAL_ITERATIONS},
-                )
-                refined.append(enc.snap_one(np.asarray(res.x, dtype=float)))
-            except (ValueError, LinAlgError, FloatingPointError):
-                continue
-        if refined:
-            extra = np.array(refined)
-            cand = np.vstack([extra, cand])
-            values = np.concatenate([score(extra), values])
-    values = np.where(np.isfinite(values), values, -np.inf)
-    order = np.argsort(-values, kind="stable")
-    return cand[order], values[order]
-
-
-def select_new(enc: UnitEncoding, candidates: Array, dedup: Deduplicator, limit: int = 256) -> Params | None:
-    """The first of ``candidates`` (best first) that is new to the history and batch (discrete spaces),
-    then the first unused grid point; None when the space is exhausted."""
-    for u in candidates[:limit] if dedup.active else candidates[:1]:
-        params = enc.decode(u)
-        if dedup.is_new(params):
-            return params
-    return dedup.next_unseen()
-
-
-def propose_random(space: SearchSpace, seed: int, pid: int, dedup: Deduplicator) -> Params | None:
-    """A random point (NNI's warm-up), new to the history when duplicates are possible."""
-    rng = rng_for(seed, pid)
-    for _ in range(_RANDOM_DRAWS):
-        params = sample(space, rng)
-        if dedup.is_new(params):
-            return params
-    return dedup.next_unseen()
-
-
-def single_threaded_blas() -> contextlib.AbstractContextManager[object]:
-    """BLAS limited to one thread while a suggestion is computed, when ``threadpoolctl`` is installed.
-
-    The matrices here are small (at most a few hundred rows): extra BLAS threads only add
-    synchronisation, and on a busy machine OpenBLAS's spinning threads can make a suggestion ten
-    times slower. Without ``threadpoolctl`` this is a no-op.
-    """
-    try:
-        module = importlib.import_module("threadpoolctl")
-    except ImportError:
-        return contextlib.nullcontext()
-    limits: contextlib.AbstractContextManager[object] = module.threadpool_limits(limits=1, user_api="blas")
-    return limits
-
-
-def exhausted() -> NoMoreTrialsError:
-    return NoMoreTrialsError(
-        "search space fully explored",
-        "every point of this discrete search space has been tried; widen the search space or stop the experiment",
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -673,82 +330,32 @@ class GPArgs(TunerArgs):
     seed: int | None = None  # overrides the experiment's seed when set
 
 
-class GPTuner:
+class GPTuner(BayesianTuner[GPArgs, GPModel]):
     """Gaussian-process Bayesian optimisation; see the module docstring."""
 
     Args: ClassVar[type[TunerArgs]] = GPArgs
-    heavy: ClassVar[bool] = True
+    name: ClassVar[str] = "GP"
 
     def __init__(self, args: GPArgs | None = None) -> None:
-        self.args = args or GPArgs()
-        self._dedup = Deduplicator()
-        self._cache = EncodingCache()
+        super().__init__(args or GPArgs())
 
-    def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
-        with single_threaded_blas():
-            return self._suggest(ctx, parameter_ids)
-
-    def _suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
-        if not parameter_ids:
-            return []
+    def fit(self, enc: UnitEncoding, obs: Observations, seed: int) -> GPModel | None:
         args = self.args
-        enc = UnitEncoding(ctx.space, "GP")
-        seed = args.seed if args.seed is not None else ctx.seed
-        self._dedup.begin(ctx)
-        obs = collect(ctx.history, enc, ctx.direction, self._cache)
-        model_ready = enc.d > 0 and obs.n >= max(args.cold_start_num, MIN_OBSERVATIONS)
-        model = fit_gp(obs, args.nu, args.alpha) if model_ready else None
-        liar = float(obs.y.min()) if obs.n else 0.0
-        fantasies: list[Array] = list(obs.pending)
-        out: list[Params] = []
-        for pid in parameter_ids:
-            if model is None:
-                params = propose_random(ctx.space, seed, pid, self._dedup)
-            else:
-                params = self._propose(enc, model, obs, fantasies, liar, rng_for(seed, pid, _STREAM_ACQ))
-            if params is None:
-                if not out:
-                    raise exhausted()
-                break
-            self._dedup.take(params)
-            out.append(params)
-            u = enc.encode(params)
-            if u is not None:
-                fantasies.append(u)
-        return out
+        if enc.d > 0 and obs.n >= max(args.cold_start_num, MIN_OBSERVATIONS):
+            return fit_gp(obs, args.nu, args.alpha)
+        return None
 
-    def _propose(
-        self,
-        enc: UnitEncoding,
-        model: GPModel,
-        obs: Observations,
-        fantasies: list[Array],
-        liar: float,
-        rng: np.random.Generator,
-    ) -> Params | None:
+    def propose(self, model: GPModel, step: Step) -> Params | None:
         args = self.args
-        if fantasies:
-            model = model.condition(np.array(fantasies), np.full(len(fantasies), liar))
-        best = float(obs.y.max())
-        utility: Utility = args.utility
-
-        def score(z: Array) -> Array:
-            mu, sd = model.predict(z)
-            return acquisition(utility, mu, sd, best, args.kappa, args.xi)[0]
-
-        def score_grad(z: Array) -> tuple[float, Array]:
-            mu, sd, dmu, dsd = model.predict_grad(z)
-            value, da, db = acquisition(utility, np.array([mu]), np.array([sd]), best, args.kappa, args.xi)
-            return float(value[0]), float(da[0]) * dmu + float(db[0]) * dsd
-
-        centres = obs.x[np.argsort(-obs.y, kind="stable")[:LOCAL_CENTRES]]
+        model = model.with_liars(step.fantasies, step.liar)
+        best = step.best
         candidates, _ = maximize_in_cube(
-            enc,
-            score,
-            score_grad,
-            rng,
-            warm_up_size(args.selection_num_warm_up, enc.d),
+            step.enc,
+            acquisition_score(model, args.utility, best, args.kappa, args.xi),
+            acquisition_score_grad(model, args.utility, best, args.kappa, args.xi),
+            step.rng(_STREAM_ACQ),
+            warm_up_size(args.selection_num_warm_up, step.enc.d),
             min(args.selection_num_starting_points, STARTS_CAP),
-            centres,
+            best_centres(step.obs),
         )
-        return select_new(enc, candidates, self._dedup)
+        return select_new(step.enc, candidates, self._dedup)

@@ -354,9 +354,7 @@ class HyperbandScheduler:
 
     def views(self) -> list[BracketView]:
         return [
-            BracketView(
-                b.k, b.iteration, b.s, tuple(tuple(s.record.parameter_id for s in r.slots) for r in b.rounds)
-            )
+            BracketView(b.k, b.iteration, b.s, tuple(tuple(s.record.parameter_id for s in r.slots) for r in b.rounds))
             for b in self.brackets
         ]
 

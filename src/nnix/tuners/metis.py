@@ -38,7 +38,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -46,26 +46,22 @@ from pydantic import Field
 
 from nnix.space import Params, contains, key
 from nnix.tuners.base import TrialRecord, TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
-from nnix.tuners.gp import (
-    LOCAL_CENTRES,
+from nnix.tuners.bo import (
     MIN_OBSERVATIONS,
     STARTS_CAP,
     Array,
-    EncodingCache,
-    GPModel,
+    BayesianTuner,
     Observations,
+    Step,
     UnitEncoding,
-    acquisition,
-    collect,
-    exhausted,
-    fit_gp,
+    acquisition_score,
+    acquisition_score_grad,
+    best_centres,
     maximize_in_cube,
-    propose_random,
     select_new,
-    single_threaded_blas,
     warm_up_size,
 )
+from nnix.tuners.gp import GPModel, fit_gp
 
 __all__ = ["MetisArgs", "MetisTuner"]
 
@@ -126,53 +122,23 @@ def gmm_candidates(obs: Observations, enc: UnitEncoding, rng: np.random.Generato
     return best
 
 
-class MetisTuner:
+class MetisTuner(BayesianTuner[MetisArgs, GPModel]):
     """Metis; see the module docstring."""
 
     Args: ClassVar[type[TunerArgs]] = MetisArgs
-    heavy: ClassVar[bool] = True
+    name: ClassVar[str] = "Metis"
+    supported: ClassVar[Collection[str]] = METIS_TYPES
 
     def __init__(self, args: MetisArgs | None = None) -> None:
-        self.args = args or MetisArgs()
-        self._dedup = Deduplicator()
-        self._cache = EncodingCache()
+        super().__init__(args or MetisArgs())
 
-    def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
-        with single_threaded_blas():
-            return self._suggest(ctx, parameter_ids)
+    def fit(self, enc: UnitEncoding, obs: Observations, seed: int) -> GPModel | None:
+        if enc.d > 0 and obs.n >= max(self.args.cold_start_num, MIN_OBSERVATIONS):
+            return fit_gp(obs)
+        return None
 
-    def _suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
-        if not parameter_ids:
-            return []
-        args = self.args
-        enc = UnitEncoding(ctx.space, "Metis", METIS_TYPES)
-        seed = args.seed if args.seed is not None else ctx.seed
-        self._dedup.begin(ctx)
-        obs = collect(ctx.history, enc, ctx.direction, self._cache)
-        model_ready = enc.d > 0 and obs.n >= max(args.cold_start_num, MIN_OBSERVATIONS)
-        model = fit_gp(obs) if model_ready else None
-        liar = float(obs.y.min()) if obs.n else 0.0
-        fantasies: list[Array] = list(obs.pending)
-        resample_queue = self._outliers(ctx, obs, model) if model is not None and not args.no_resampling else []
-        out: list[Params] = []
-        for pid in parameter_ids:
-            params: Params | None
-            if resample_queue:
-                params = resample_queue.pop(0)
-            elif model is None:
-                params = propose_random(ctx.space, seed, pid, self._dedup)
-            else:
-                params = self._propose(enc, model, obs, fantasies, liar, seed, pid)
-            if params is None:
-                if not out:
-                    raise exhausted()
-                break
-            self._dedup.take(params)
-            out.append(params)
-            u = enc.encode(params)
-            if u is not None:
-                fantasies.append(u)
-        return out
+    def replays(self, ctx: TunerContext, obs: Observations, model: GPModel) -> list[Params]:
+        return [] if self.args.no_resampling else self._outliers(ctx, obs, model)
 
     def _outliers(self, ctx: TunerContext, obs: Observations, model: GPModel) -> list[Params]:
         """Results to re-sample, most suspicious first (see the module docstring)."""
@@ -194,31 +160,13 @@ class MetisTuner:
             out.append(copy.deepcopy(params))
         return out
 
-    def _propose(
-        self,
-        enc: UnitEncoding,
-        model: GPModel,
-        obs: Observations,
-        fantasies: list[Array],
-        liar: float,
-        seed: int,
-        pid: int,
-    ) -> Params | None:
-        args = self.args
-        if fantasies:
-            model = model.condition(np.array(fantasies), np.full(len(fantasies), liar))
-        best = float(obs.y.max())
+    def propose(self, model: GPModel, step: Step) -> Params | None:
+        args, enc, obs, seed, pid = self.args, step.enc, step.obs, step.seed, step.pid
+        model = model.with_liars(step.fantasies, step.liar)
+        best = step.best
         starts = min(args.selection_num_starting_points, STARTS_CAP)
-        centres = obs.x[np.argsort(-obs.y, kind="stable")[:LOCAL_CENTRES]]
-
-        def ei(z: Array) -> Array:
-            mu, sd = model.predict(z)
-            return acquisition("ei", mu, sd, best, 0.0, 0.0)[0]
-
-        def ei_grad(z: Array) -> tuple[float, Array]:
-            mu, sd, dmu, dsd = model.predict_grad(z)
-            value, da, db = acquisition("ei", np.array([mu]), np.array([sd]), best, 0.0, 0.0)
-            return float(value[0]), float(da[0]) * dmu + float(db[0]) * dsd
+        centres = best_centres(obs)
+        ei, ei_grad = acquisition_score(model, "ei", best), acquisition_score_grad(model, "ei", best)
 
         def mean(z: Array) -> Array:
             return model.predict(z)[0]

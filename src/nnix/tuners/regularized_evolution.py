@@ -48,8 +48,9 @@ class RegularizedEvolutionArgs(TunerArgs):
     @model_validator(mode="after")
     def _sample_fits(self) -> RegularizedEvolutionArgs:
         if self.sample_size > self.population_size:
-            raise ValueError(f"sample_size ({self.sample_size}) must not exceed population_size "
-                             f"({self.population_size})")
+            raise ValueError(
+                f"sample_size ({self.sample_size}) must not exceed population_size ({self.population_size})"
+            )
         return self
 
 

@@ -50,11 +50,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, Literal
 
-from nnix.errors import FieldIssue, NoMoreTrialsError, SearchSpaceError, TunerError
+from nnix.errors import NoMoreTrialsError, SearchSpaceError, TunerError
 from nnix.space import Param, Params, SearchSpace
 from nnix.tuners.base import Direction, TunerArgs, TunerContext
+from nnix.tuners.bo import exhausted, propose_random
 from nnix.tuners.dedup import Deduplicator
-from nnix.tuners.gp import exhausted, propose_random
+from nnix.tuners.transform import Column, SpaceTransform, unsupported
 
 __all__ = ["SMACArgs", "SMACTuner", "smac_modules"]
 
@@ -108,32 +109,36 @@ def smac_modules() -> SmacModules:
 
 @dataclass(frozen=True)
 class _Dim:
-    param: Param
+    column: Column  # the parameter in the shared space transform (option matching)
     fixed: bool  # one possible value: not given to SMAC
     k_min: int = 0  # quniform: grid index of the first point
     points: int = 0  # quniform: number of grid points
 
+    @property
+    def param(self) -> Param:
+        return self.column.param
+
 
 def _dims(space: SearchSpace) -> list[_Dim]:
-    issues: list[FieldIssue] = []
-    dims: list[_Dim] = []
-    allowed = ", ".join(sorted(SMAC_TYPES))
-    for p in space.params:
-        path = "searchSpace." + p.name
-        if p.nested:
-            issues.append(
-                FieldIssue(path, "SMAC does not support nested choice", "flatten the search space, or use TPE")
-            )
-        elif p.type not in SMAC_TYPES:
-            issues.append(FieldIssue(path, f"SMAC does not support {p.type!r}", f"supported types: {allowed}"))
-        elif p.type == "quniform":
-            q = float(p.q or 1.0)
-            k_min, k_max = round(float(p.low or 0) / q), round(float(p.high or 0) / q)
-            dims.append(_Dim(p, k_max == k_min, k_min, k_max - k_min + 1))
-        else:
-            dims.append(_Dim(p, p.size == 1))
+    issues = unsupported(
+        space,
+        "SMAC",
+        SMAC_TYPES,
+        numeric_choice=False,
+        nested_hint="flatten the search space, or use TPE",
+        allowed=", ".join(sorted(SMAC_TYPES)),
+    )
     if issues:
         raise SearchSpaceError(issues)
+    dims: list[_Dim] = []
+    for c in SpaceTransform(space).columns:
+        p = c.param
+        if p.type == "quniform":
+            q = float(p.q or 1.0)
+            k_min, k_max = round(float(p.low or 0) / q), round(float(p.high or 0) / q)
+            dims.append(_Dim(c, k_max == k_min, k_min, k_max - k_min + 1))
+        else:
+            dims.append(_Dim(c, p.size == 1))
     return dims
 
 
@@ -169,9 +174,7 @@ def _to_smac(dims: Sequence[_Dim], params: Any) -> dict[str, Any] | None:
             continue
         v = params.get(p.name)
         if p.type == "choice":
-            index = next(
-                (i for i, o in enumerate(p.choices) if o == v and isinstance(o, bool) == isinstance(v, bool)), None
-            )
+            index = dim.column.option(v)
             if index is None:
                 return None
             out[p.name] = str(index)
@@ -212,7 +215,7 @@ def _capped(told: dict[Any, float], cap: int) -> dict[Any, float]:
         return told
     order = list(told)
     best = set(sorted(order, key=lambda c: told[c])[: cap // 2])
-    keep = best | set([c for c in order if c not in best][-(cap - len(best)):])
+    keep = best | set([c for c in order if c not in best][-(cap - len(best)) :])
     return {c: told[c] for c in order if c in keep}
 
 

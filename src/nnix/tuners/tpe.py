@@ -62,10 +62,9 @@ neighbour, 20 startup jobs, ``gamma`` 0.25, categorical ``randint``) and hyperop
 
 from __future__ import annotations
 
-import json
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
@@ -75,9 +74,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nnix.core.status import TrialStatus
 from nnix.errors import NoMoreTrialsError
-from nnix.space import Param, Params, SearchSpace, sample
+from nnix.space import Params, SearchSpace, sample
 from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
+from nnix.tuners.transform import Column, Group, SpaceTransform
 
 __all__ = ["HyperoptArgs", "TpeArgs", "TpeLegacyTuner", "TpeSettings", "TpeTuner", "TpeTunerArgs"]
 
@@ -86,7 +86,6 @@ IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-_NORMAL_SPAN = 10.0  # unbounded (normal-family) observations are clamped to mu +- this many sigmas
 _REDRAWS = 3  # extra TPE draws (fresh random streams) when a discrete space repeats a point
 _RANDOM_DRAWS = 8  # then random draws, then the grid
 _TRUNC_TRIES = 32  # rejection rounds when sampling a truncated normal (then clip)
@@ -170,160 +169,32 @@ LEGACY = TpeSettings(
 
 
 # --------------------------------------------------------------------------------------------------
-# encoding: a parameter set as one row of internal values (NaN where a parameter is inactive)
+# encoding: a parameter set as one row of internal values (NaN where a parameter is inactive), as the
+# shared space transform gives it
 
 
-def _canon(value: Any) -> tuple[str, Any]:
-    if isinstance(value, bool):
-        return ("b", value)
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return ("n", float(value))
-    if isinstance(value, str):
-        return ("s", value)
-    return ("j", json.dumps(value, sort_keys=True, default=repr))
-
-
-@dataclass(frozen=True, eq=False)
-class _Dim:
-    """One parameter as a column: categorical (index) or numeric (internal value)."""
-
-    col: int
-    param: Param
-    categorical: bool
-    lo: float  # internal bounds; +-inf for the normal family
-    hi: float
-    mu: float  # prior centre and width (numeric)
-    sigma: float
-    size: int  # number of categories (categorical)
-    index: Mapping[tuple[str, Any], int]  # option -> index (choice)
-    children: tuple[_Group, ...]  # nested choice: one group per option
-
-    @property
-    def bounded(self) -> bool:
-        return math.isfinite(self.lo)
-
-    def encode(self, value: Any) -> float:
-        p = self.param
-        if p.type == "choice":
-            option = value.get("_name") if p.nested and isinstance(value, Mapping) else value
-            if p.nested and not isinstance(value, Mapping):
-                return math.nan
-            try:
-                i = self.index.get(_canon(option))
-            except TypeError:
-                return math.nan
-            return math.nan if i is None else float(i)
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            return math.nan
-        x = float(value)
-        if not math.isfinite(x):
-            return math.nan
-        if p.type == "randint":
-            low = float(p.low)  # type: ignore[arg-type]
-            if not (x.is_integer() and low <= x < float(p.high)):  # type: ignore[arg-type]
-                return math.nan
-            return x - low if self.categorical else x
-        if p.log:
-            x = math.log(x) if x > 0 else -math.inf
-        lo, hi = (
-            (self.lo, self.hi)
-            if self.bounded
-            else (self.mu - _NORMAL_SPAN * self.sigma, self.mu + _NORMAL_SPAN * self.sigma)
-        )
-        return min(max(x, lo), hi)
-
-    def decode(self, x: float, row: Array) -> Any:
-        p = self.param
-        if p.type == "choice":
-            i = int(x)
-            if p.nested:
-                out: dict[str, Any] = {"_name": p.choices[i]}
-                out.update(self.children[i].decode(row))
-                return out
-            return p.choice_value(i)
-        if p.type == "randint":
-            low, high = int(p.low), int(p.high)  # type: ignore[arg-type]
-            if self.categorical:
-                return low + int(x)
-            return int(min(max(math.floor(x + 0.5), low), high - 1))
-        return p.from_internal(x)
-
-
-@dataclass(frozen=True, eq=False)
-class _Group:
-    """Parameters that are active together: the top level, or the sub-parameters of one option."""
-
-    dims: tuple[_Dim, ...]
-    parent_col: int | None
-    branch: int
-
-    def decode(self, row: Array) -> Params:
-        return {d.param.name: d.decode(float(row[d.col]), row) for d in self.dims}
-
-
-class _Encoding:
-    """A search space as columns and groups."""
+class _Encoding(SpaceTransform):
+    """A search space as columns and groups, with the model blocks of each group."""
 
     def __init__(self, space: SearchSpace, ordinal_randint: bool) -> None:
-        self.space = space
+        super().__init__(space, randint="ordinal" if ordinal_randint else "categorical")
         self.ordinal_randint = ordinal_randint
-        self.width = 0
-        self.top = self._group(space.params, None, 0)
         self._blocks: dict[tuple[int, bool], list[tuple[list[int], _Block]]] = {}
 
-    def _group(self, params: Sequence[Param], parent_col: int | None, branch: int) -> _Group:
-        dims = tuple(self._dim(p) for p in params)
-        return _Group(dims, parent_col, branch)
-
-    def _dim(self, p: Param) -> _Dim:
-        col = self.width
-        self.width += 1
-        inf = math.inf
-        if p.type == "choice":
-            index: dict[tuple[str, Any], int] = {}
-            for i, option in enumerate(p.choices):
-                index.setdefault(_canon(option), i)
-            children = tuple(self._group(branch, col, b) for b, branch in enumerate(p.branches)) if p.nested else ()
-            return _Dim(col, p, True, 0.0, float(len(p.choices)), 0.0, 1.0, len(p.choices), index, children)
-        if p.type == "randint":
-            low, high = float(p.low), float(p.high)  # type: ignore[arg-type]
-            if not self.ordinal_randint:
-                size = int(high - low)
-                return _Dim(col, p, True, 0.0, float(size), 0.0, 1.0, size, {}, ())
-            lo, hi = low - 0.5, high - 0.5
-            return _Dim(col, p, False, lo, hi, (lo + hi) / 2, hi - lo, 0, {}, ())
-        if p.is_bounded:
-            lo, hi = p.internal_bounds()
-            return _Dim(col, p, False, lo, hi, (lo + hi) / 2, hi - lo, 0, {}, ())
-        mu, sigma = float(p.mu), float(p.sigma)  # type: ignore[arg-type]
-        return _Dim(col, p, False, -inf, inf, mu, sigma, 0, {}, ())
-
     def encode(self, params: Any) -> Array:
-        row = np.full(self.width, math.nan)
-        self._encode_group(self.top, params, row)
-        return row
-
-    def _encode_group(self, group: _Group, values: Any, row: Array) -> None:
-        if not isinstance(values, Mapping):
-            return
-        for d in group.dims:
-            if d.param.name not in values:
-                continue
-            x = d.encode(values[d.param.name])
-            row[d.col] = x
-            if d.children and not math.isnan(x):
-                self._encode_group(d.children[int(x)], values[d.param.name], row)
+        return self.to_internal(params)
 
     def decode(self, row: Array) -> Params:
-        return self.top.decode(row)
+        return self.from_internal(row)
 
-    def blocks(self, group: _Group, joint: bool) -> list[tuple[list[int], _Block]]:
-        """The blocks of ``group`` (all its dims, or one per dim), with their positions in the group."""
+    def blocks(self, group: Group, joint: bool) -> list[tuple[list[int], _Block]]:
+        """The blocks of ``group`` (all its columns, or one per column), with their positions in the group."""
         cache_key = (id(group), joint)
         found = self._blocks.get(cache_key)
         if found is None:
-            parts = [list(range(len(group.dims)))] if joint else [[j] for j in range(len(group.dims))]
-            found = [(part, _Block.of([group.dims[j] for j in part])) for part in parts]
+            cols = group.columns
+            parts = [list(range(len(cols)))] if joint else [[j] for j in range(len(cols))]
+            found = [(part, _Block.of([cols[j] for j in part])) for part in parts]
             self._blocks[cache_key] = found
         return found
 
@@ -515,7 +386,7 @@ class _Block:
     """Dimensions modelled jointly. Numeric ones are normalised so that each prior is ``N(0, 1)``
     (bounded ones truncated to ``[-0.5, 0.5]``)."""
 
-    dims: tuple[_Dim, ...]
+    dims: tuple[Column, ...]
     num: IntArray  # positions of the numeric dims within the block
     cat: tuple[int, ...]  # positions of the categorical dims
     centre: Array
@@ -525,7 +396,7 @@ class _Block:
     bounded: BoolArray
 
     @classmethod
-    def of(cls, dims: Sequence[_Dim]) -> _Block:
+    def of(cls, dims: Sequence[Column]) -> _Block:
         num = [j for j, d in enumerate(dims) if not d.categorical]
         centre = np.array([dims[j].mu for j in num])
         scale = np.array([dims[j].sigma for j in num])
@@ -741,9 +612,9 @@ class TpeTuner:
         return self._dedup.next_unseen()
 
     def _sample_group(
-        self, enc: _Encoding, group: _Group, data: _Data, active: BoolArray, rng: np.random.Generator, row: Array
+        self, enc: _Encoding, group: Group, data: _Data, active: BoolArray, rng: np.random.Generator, row: Array
     ) -> None:
-        dims = group.dims
+        dims = group.columns
         if not dims:
             return
         s = self.settings
@@ -779,7 +650,7 @@ class TpeTuner:
                 self._sample_group(enc, d.children[b], data, active & (data.rows[:, d.col] == b), rng, row)
 
     @staticmethod
-    def _prior_draw(d: _Dim, rng: np.random.Generator) -> float:
+    def _prior_draw(d: Column, rng: np.random.Generator) -> float:
         if d.categorical:
             return float(rng.integers(d.size))
         if d.bounded:

@@ -1,348 +1,110 @@
-"""The experiment configuration: ONE native schema (pydantic v2) and its loader.
+"""The training services' config models, and the ``platform`` table they are chosen from.
 
-Field names are snake_case; the JSON/REST form (:meth:`ExperimentConfig.to_json`) uses NNI's camelCase
-keys. NNI's YAML dialects (v2 camelCase or snake_case keys, legacy v1) are translated to this schema at
-the edge by :mod:`nnix.compat.nni_config`; nothing else in nnix knows about them.
-
-:func:`load_config` / :func:`parse_config` report every problem of a file at once as a
-:class:`~nnix.errors.ConfigError`, each issue with the path the user wrote (``trainingService.gpuIndices``,
-``trial.command`` for a v1 file) and a hint.
-
-Built directly in Python, the models validate the same rules; relative paths then resolve against the
-current directory (as in NNI's Python API) instead of the config file's directory.
+Each platform has one model: a ``platform: Literal["name"]`` field, its own fields, and optionally a
+``cross_check`` method for rules that need the experiment's ``trial_gpu_number``. Which models exist is
+read from the entry points ``nnix.training_services`` (platform name → model class) the first time a
+config is validated, so a third-party training service adds its platform by declaring an entry point in
+its own package; nothing inside nnix is edited. nnix's own platforms are declared the same way (in its
+``pyproject.toml``); :data:`BUILT_IN_PLATFORMS` stands in for them when nnix is installed without its
+entry points (an outdated editable install).
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-import math
-import os
+import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, Union
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    GetCoreSchemaHandler,
     SecretStr,
-    TypeAdapter,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
+from pydantic_core import CoreSchema, PydanticCustomError
 
-from nnix import limits
-from nnix.documents import DocumentError, load_json, load_yaml, read_text
-from nnix.errors import ConfigError, FieldIssue
+from nnix.config.fields import (
+    AbsPath,
+    Duration,
+    ExistingDir,
+    GpuIndices,
+    NonEmpty,
+    NonNegativeInt,
+    Port,
+    PositiveInt,
+    Problem,
+    StrictBool,
+    _Model,
+    parse_duration,
+)
 from nnix.limits import brief
-from nnix.registry import AlgorithmRef, Kind, algorithm_issues
-
-if TYPE_CHECKING:
-    from nnix.compat.nni_config import Loc, Translation
 
 __all__ = [
-    "AlgorithmConfig",
-    "ExperimentConfig",
-    "LoadedConfig",
+    "BUILT_IN_PLATFORMS",
+    "ENTRY_POINT_GROUP",
+    "ClusterCommonConfig",
+    "FrameworkAttemptCompletionPolicy",
+    "FrameworkControllerConfig",
+    "FrameworkControllerRoleConfig",
+    "HybridConfig",
+    "K8sStorageConfig",
+    "KubeflowConfig",
+    "KubeflowRoleConfig",
+    "KubernetesConfig",
     "LocalConfig",
+    "OpenpaiConfig",
+    "PlatformChoice",
+    "RayConfig",
     "RemoteConfig",
     "RemoteMachineConfig",
+    "ServiceConfig",
+    "SingleServiceConfig",
+    "SlurmConfig",
     "TrainingServiceConfig",
-    "load_config",
-    "parse_config",
-    "parse_duration",
-    "parse_gpu_indices",
+    "cross_check",
+    "platform_problems",
     "training_service_platforms",
 ]
 
-# Validation-context keys. ``base_dir``: what relative paths resolve against. ``_LOADER``: the loader
-# runs the cross-field and search-space checks itself (to report them with exact paths, all at once).
-_BASE_DIR = "base_dir"
-_LOADER = "nnix_loader"
+log = logging.getLogger("nnix.config")
 
-DURATION_HINT = "use a number plus one of d, h, m, s, e.g. 2h"
-GPU_INDICES_HINT = 'a GPU index, a list of them, or a comma-separated string, e.g. [0, 1] or "0,1"'
+ENTRY_POINT_GROUP = "nnix.training_services"
+"""Entry point group: platform name → its config model (``local = "nnix.config.services:LocalConfig"``)."""
 
 
-class Problem(NamedTuple):
-    """A cross-field problem found on a validated model; ``loc`` is relative to that model (snake_case).
+class ServiceConfig(_Model):
+    """Base of a platform's config model (``extra="forbid"``, snake_case fields with camelCase aliases).
 
-    ``message`` and ``hint`` may name fields as ``{path}`` (the field at ``loc``) or ``{field_name}``
-    (a top-level field); :meth:`render` spells them as the user did.
+    A subclass adds ``platform: Literal["name"]`` and its fields; it overrides :meth:`cross_check` for rules
+    that need the experiment's ``trial_gpu_number``.
     """
 
-    loc: tuple[str | int, ...]
-    message: str
-    hint: str | None = None
-
-    def render(self, loc: tuple[str | int, ...], path_of: Callable[[tuple[str | int, ...]], str]) -> FieldIssue:
-        """The issue at ``loc`` (this problem's full location), with field names spelled by ``path_of``."""
-        names = _FieldNames(path_of, loc)
-        hint = self.hint.format_map(names) if self.hint else None
-        return FieldIssue(path_of(loc), self.message.format_map(names), hint)
+    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
+        """Problems of this service's fields given the experiment's ``trial_gpu_number`` (none by default)."""
+        return []
 
 
-class _FieldNames(dict[str, str]):
-    def __init__(self, path_of: Callable[[tuple[str | int, ...]], str], loc: tuple[str | int, ...]) -> None:
-        super().__init__()
-        self.path_of = path_of
-        self.loc = loc
-
-    def __missing__(self, key: str) -> str:
-        return self.path_of(self.loc if key == "path" else (key,))
+def cross_check(service: BaseModel, trial_gpu_number: int | None) -> list[Problem]:
+    """``service.cross_check(trial_gpu_number)``; a model without that method has no cross-field rules."""
+    check: Callable[[int | None], list[Problem]] | None = getattr(service, "cross_check", None)
+    return list(check(trial_gpu_number)) if callable(check) else []
 
 
 # --------------------------------------------------------------------------------------------------
-# Value parsers (also usable on their own)
+# nnix's platforms
 
 
-class BadValue(ValueError):
-    """A value that cannot be parsed, with a hint for fixing it."""
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
-
-
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([dhms]?)\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(value: Any) -> int:
-    """Seconds in an NNI duration: ``number + unit`` (d/h/m/s, any case, float allowed), rounded up.
-
-    A bare number is seconds. Raises :class:`ValueError` on anything else.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {brief(value)}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"invalid duration {brief(value)}")
-        amount, unit = Decimal(repr(value)), ""
-    elif isinstance(value, str):
-        match = _DURATION_RE.match(value)
-        if match is None:
-            raise ValueError(f"invalid duration {brief(value)}")
-        try:
-            amount = Decimal(match.group(1))
-        except InvalidOperation as e:  # pragma: no cover - the regex admits only decimals
-            raise ValueError(f"invalid duration {brief(value)}") from e
-        unit = match.group(2).lower()
-    else:
-        raise ValueError(f"invalid duration {brief(value)}")
-    return math.ceil(amount * _UNIT_SECONDS[unit])
-
-
-def parse_gpu_indices(value: Any) -> list[int]:
-    """NNI's GPU index forms (``1``, ``[0, 1]``, ``"0,1"``) as a list; negatives and duplicates rejected."""
-    items: list[Any]
-    if isinstance(value, bool):
-        raise ValueError(f"expected GPU indices, got {brief(value)}")
-    if isinstance(value, int):
-        items = [value]
-    elif isinstance(value, str):
-        parts = [p.strip() for p in value.split(",")]
-        items = []
-        for part in parts:
-            if not re.fullmatch(r"-?\d+", part):
-                raise ValueError(f"{brief(part)} in {brief(value)} is not a GPU index")
-            items.append(int(part))
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        raise ValueError(f"expected GPU indices, got {brief(value)}")
-    seen: set[int] = set()
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise ValueError(f"{brief(item)} is not a GPU index")
-        if item < 0:
-            raise BadValue(f"GPU index {item} is negative", "GPU indices start at 0")
-        if item in seen:
-            raise BadValue(f"GPU index {item} is listed twice", "list each GPU once")
-        seen.add(item)
-    return items
-
-
-def _duration(value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as e:
-        raise PydanticCustomError("duration", str(e), {"hint": DURATION_HINT}) from None
-
-
-def _gpu_indices(value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        return parse_gpu_indices(value)
-    except ValueError as e:
-        hint = e.hint if isinstance(e, BadValue) else GPU_INDICES_HINT
-        raise PydanticCustomError("gpu_indices", str(e), {"hint": hint}) from None
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
-
-
-def _base_dir(info: ValidationInfo) -> Path:
-    ctx = info.context
-    if isinstance(ctx, dict) and ctx.get(_BASE_DIR) is not None:
-        return Path(ctx[_BASE_DIR])
-    return Path.cwd()
-
-
-def _from_loader(info: ValidationInfo) -> bool:
-    ctx = info.context
-    return isinstance(ctx, dict) and bool(ctx.get(_LOADER))
-
-
-def resolve_path(value: str | Path, base_dir: Path) -> Path:
-    """``~`` expanded, relative to ``base_dir``, absolute and normalised (symlinks resolved)."""
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        path = base_dir / path
-    return Path(os.path.realpath(path))
-
-
-def _resolve(value: Path, info: ValidationInfo) -> Path:
-    return resolve_path(value, _base_dir(info))
-
-
-def _existing_dir(value: Path) -> Path:
-    if not value.exists():
-        raise PydanticCustomError("path_missing", "directory {path} does not exist", {"path": str(value)})
-    if not value.is_dir():
-        raise PydanticCustomError("path_not_dir", "{path} is not a directory", {"path": str(value)})
-    return value
-
-
-def _non_empty(value: str) -> str:
-    if not value.strip():
-        raise PydanticCustomError("empty", "must not be empty", {"hint": "e.g. python3 train.py"})
-    return value
-
-
-def _default_home() -> Path:
-    env = os.environ.get("NNIX_HOME")
-    if env:
-        return Path(os.path.realpath(Path(env).expanduser()))
-    return Path.home() / "nni-experiments"
-
-
-def _host_name(value: str) -> str:
-    from nnix.api.security import check_host_name
-
-    try:
-        return check_host_name(value)
-    except ValueError as e:
-        hint = "e.g. allowedHosts: [myhost.lan]"
-        raise PydanticCustomError("host_name", "{why}", {"why": str(e), "hint": hint}) from e
-
-
-AbsPath = Annotated[Path, AfterValidator(_resolve)]
-ExistingDir = Annotated[Path, AfterValidator(_resolve), AfterValidator(_existing_dir)]
-def _bounded(name: str) -> Callable[[int], int]:
-    """An after-validator holding an int to ``nnix.limits.BOUNDS[name]`` (the bounds REST uses too)."""
-    bound = limits.BOUNDS[name]
-
-    def check(value: int) -> int:
-        problem = bound.problem(value)
-        if problem is not None:
-            raise PydanticCustomError("bound", problem, {"hint": bound.hint})
-        return value
-
-    return check
-
-
-_AnyDuration = Annotated[int, BeforeValidator(_duration), Field(strict=True, gt=0)]
-Duration = Annotated[_AnyDuration, AfterValidator(_bounded("duration"))]
-GpuIndices = Annotated[list[int], BeforeValidator(_gpu_indices)]
-PositiveInt = Annotated[int, Field(strict=True, gt=0)]
-NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
-StrictBool = Annotated[bool, Field(strict=True)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        alias_generator=to_camel,
-        populate_by_name=True,
-        loc_by_alias=False,
-    )
-
-
-# --------------------------------------------------------------------------------------------------
-# Algorithms
-
-
-class AlgorithmConfig(_Model):
-    """A tuner or an assessor: built-in (``name``) or custom (``class_name`` = ``module.Class``).
-
-    Built-in ⇔ ``name`` is set and neither ``class_name`` nor ``code_directory`` is. Custom ⇔
-    ``class_name`` is set. Deviation from NNI: a custom algorithm's ``code_directory`` is optional and
-    defaults to the config file's directory (the current directory when built in Python); NNI
-    requires it for v2 configs.
-    """
-
-    name: str | None = None
-    class_name: str | None = None
-    code_directory: ExistingDir | None = None
-    class_args: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("class_args", mode="before")
-    @classmethod
-    def _null_args(cls, value: Any) -> Any:
-        return {} if value is None else value
-
-    @model_validator(mode="after")
-    def _built_in_or_custom(self, info: ValidationInfo) -> AlgorithmConfig:
-        if self.name is not None and self.class_name is not None:
-            raise PydanticCustomError(
-                "algorithm_kind",
-                "set either name (a built-in algorithm) or className (a custom class), not both",
-                {"hint": "remove one of them"},
-            )
-        if self.name is None and self.class_name is None:
-            raise PydanticCustomError(
-                "algorithm_kind",
-                "no algorithm: set name (a built-in algorithm) or className (a custom class)",
-                {"hint": "e.g. name: TPE"},
-            )
-        if self.name is not None and self.code_directory is not None:
-            raise PydanticCustomError(
-                "algorithm_kind",
-                "codeDirectory is only for a custom algorithm (className)",
-                {"hint": "remove codeDirectory, or use className instead of name"},
-            )
-        if self.class_name is not None and self.code_directory is None:
-            self.code_directory = _base_dir(info)
-        return self
-
-    def ref(self) -> AlgorithmRef:
-        """What :mod:`nnix.registry` needs to find the class."""
-        return AlgorithmRef(name=self.name, class_name=self.class_name, code_directory=self.code_directory)
-
-
-# --------------------------------------------------------------------------------------------------
-# Training services. Add a platform by writing its model (with a ``platform: Literal[...]`` field and
-# a ``cross_check`` method) and adding it to the ``TrainingServiceConfig`` union.
-
-
-class LocalConfig(_Model):
+class LocalConfig(ServiceConfig):
     """``platform: local``: trials run as processes on this machine."""
 
     platform: Literal["local"]
@@ -373,15 +135,6 @@ class LocalConfig(_Model):
         return problems
 
 
-def _non_empty_text(value: str) -> str:
-    if not value.strip():
-        raise PydanticCustomError("empty", "must not be empty")
-    return value
-
-
-Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
-NonEmpty = Annotated[str, AfterValidator(_non_empty_text)]
-
 
 class RemoteMachineConfig(_Model):
     """One SSH worker of ``platform: remote``.
@@ -410,7 +163,7 @@ class RemoteMachineConfig(_Model):
         return f"{self.user}@{self.host}:{self.port}"
 
 
-class RemoteConfig(_Model):
+class RemoteConfig(ServiceConfig):
     """``platform: remote``: trials run on SSH workers, each running the nnix agent.
 
     Deviation from NNI 3.0: ``reuse_mode`` defaults to True. In nnix reuse and non-reuse run the same
@@ -448,16 +201,13 @@ class RemoteConfig(_Model):
         return problems
 
 
-class ClusterCommonConfig(_Model):
+class ClusterCommonConfig(ServiceConfig):
     """Fields every cluster engine has (environments run the nnix agent; see :mod:`nnix.services.cluster`)."""
 
     reuse_mode: StrictBool = True
     """One environment (engine job) runs many trials, one after another; False: one job per trial."""
     idle_timeout: Duration = 60
     """Reuse mode: seconds an environment may stay without a trial before it is stopped (its job ends)."""
-
-    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
-        return []
 
 
 # --- platform: slurm (owned by the Slurm module) --------------------------------------------------
@@ -974,20 +724,15 @@ class OpenpaiConfig(ClusterCommonConfig):
 
 
 # --------------------------------------------------------------------------------------------------
-
-SingleServiceConfig = Annotated[
-    Union[  # noqa: UP007
-        LocalConfig, RemoteConfig, SlurmConfig, RayConfig, KubernetesConfig, KubeflowConfig,
-        FrameworkControllerConfig, OpenpaiConfig,
-    ],
-    Field(discriminator="platform"),
-]
+# The platform table and the unions built from it
 
 
-class HybridConfig(_Model):
+class HybridConfig(ServiceConfig):
     """NNI's hybrid mode: ``trainingService`` given as a list of platform configs spreads the trials of
     one experiment over all of them. Written as a list in the config file; ``platform: hybrid`` is how
     nnix stores and shows it."""
+
+    model_config = ConfigDict(defer_build=True)  # its union is read from entry points when first used
 
     platform: Literal["hybrid"]
     services: Annotated[list[SingleServiceConfig], Field(min_length=1)]
@@ -995,9 +740,88 @@ class HybridConfig(_Model):
     def cross_check(self, trial_gpu_number: int | None) -> list[Problem]:
         problems = []
         for i, child in enumerate(self.services):
-            for p in child.cross_check(trial_gpu_number):
+            for p in cross_check(child, trial_gpu_number):
                 problems.append(Problem(("services", i, *p.loc), p.message, p.hint))
         return problems
+
+
+BUILT_IN_PLATFORMS: dict[str, type[BaseModel]] = {
+    "local": LocalConfig,
+    "remote": RemoteConfig,
+    "slurm": SlurmConfig,
+    "ray": RayConfig,
+    "kubernetes": KubernetesConfig,
+    "kubeflow": KubeflowConfig,
+    "frameworkcontroller": FrameworkControllerConfig,
+    "openpai": OpenpaiConfig,
+}
+"""nnix's own platforms, as its ``pyproject.toml`` declares them in :data:`ENTRY_POINT_GROUP` (a test checks
+that the two agree). Used for a platform the installed metadata does not declare."""
+
+
+def _platform_tags(model: type[BaseModel]) -> tuple[Any, ...]:
+    info = model.model_fields.get("platform")
+    return get_args(info.annotation) if info is not None else ()
+
+
+@cache
+def _discover() -> tuple[dict[str, type[BaseModel]], dict[str, str]]:
+    models: dict[str, type[BaseModel]] = {}
+    problems: dict[str, str] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        name = ep.name
+        if name in models or name == "hybrid":
+            problems[name] = f"entry point {ep.value} ignored: platform {name!r} is declared twice"
+            continue
+        try:
+            model = ep.load()
+        except Exception as e:  # a broken third-party package must not break every config
+            problems[name] = f"entry point {ep.value} cannot be loaded: {type(e).__name__}: {e}"
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            problems[name] = f"entry point {ep.value} is not a pydantic model"
+        elif name not in _platform_tags(model):
+            problems[name] = f"entry point {ep.value} has no field platform: Literal[{name!r}]"
+        else:
+            models[name] = model
+    for name, problem in problems.items():
+        log.warning("training service platform %r: %s", name, problem)
+    for name, model in BUILT_IN_PLATFORMS.items():
+        models.setdefault(name, model)
+    return models, {name: why for name, why in problems.items() if name not in models}
+
+
+def training_service_platforms() -> dict[str, type[BaseModel]]:
+    """Supported ``platform`` values mapped to their config model: those of the entry points
+    ``nnix.training_services`` (read once per process), nnix's built-in ones, and ``hybrid``."""
+    return {**_discover()[0], "hybrid": HybridConfig}
+
+
+def platform_problems() -> dict[str, str]:
+    """Platforms declared by an entry point that cannot be used, with the reason (for error messages)."""
+    return dict(_discover()[1])
+
+
+@dataclass(frozen=True)
+class PlatformChoice:
+    """``Annotated`` marker of a field holding one platform's config, picked by its ``platform`` key among
+    :func:`training_service_platforms` (with ``hybrid``: the list form too). The schema is made when a
+    model using it is first validated, so entry points are read at load time, not at import."""
+
+    hybrid: bool = False
+    discriminator: str = "platform"
+
+    def models(self) -> list[type[BaseModel]]:
+        """The models this field may hold, without repeats."""
+        table = training_service_platforms()
+        if not self.hybrid:
+            table.pop("hybrid")
+        return list(dict.fromkeys(table.values()))
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        members = tuple(self.models())
+        union = Union[members] if len(members) > 1 else members[0]  # noqa: UP007
+        return handler.generate_schema(Annotated[union, Discriminator(self.discriminator)])
 
 
 def _hybrid_from_list(value: Any) -> Any:
@@ -1006,284 +830,18 @@ def _hybrid_from_list(value: Any) -> Any:
     return value
 
 
-TrainingServiceConfig = Annotated[
-    Union[  # noqa: UP007
+if TYPE_CHECKING:  # what nnix's own code sees; at run time the entry points decide
+    SingleServiceConfig = Union[  # noqa: UP007
         LocalConfig, RemoteConfig, SlurmConfig, RayConfig, KubernetesConfig, KubeflowConfig,
-        FrameworkControllerConfig, OpenpaiConfig, HybridConfig,
-    ],
-    Field(discriminator="platform"),
-    BeforeValidator(_hybrid_from_list),
-]
+        FrameworkControllerConfig, OpenpaiConfig,
+    ]
+    TrainingServiceConfig = Union[SingleServiceConfig, HybridConfig]  # noqa: UP007
+else:
+    SingleServiceConfig = Annotated[ServiceConfig, PlatformChoice()]
+    TrainingServiceConfig = Annotated[ServiceConfig, PlatformChoice(hybrid=True), BeforeValidator(_hybrid_from_list)]
 
 
-def training_service_platforms() -> dict[str, type[BaseModel]]:
-    """Supported ``platform`` values mapped to their config model."""
-    info = ExperimentConfig.model_fields["training_service"]
-    annotation = info.annotation
-    members = getattr(annotation, "__args__", None) or (annotation,)
-    table: dict[str, type[BaseModel]] = {}
-    for member in members:
-        if isinstance(member, type) and issubclass(member, BaseModel):
-            for tag in getattr(member.model_fields["platform"].annotation, "__args__", ()):
-                table[str(tag)] = member
-    return table
-
-
-# --------------------------------------------------------------------------------------------------
-# The experiment
-
-
-class ExperimentConfig(_Model):
-    """One HPO experiment. Durations are seconds; paths are absolute."""
-
-    experiment_name: str | None = None
-    search_space: dict[str, Any]
-    search_space_file: AbsPath | None = None
-    trial_command: Annotated[str, AfterValidator(_non_empty)]
-    trial_code_directory: ExistingDir = Field(default=Path("."), validate_default=True)
-    trial_concurrency: Annotated[PositiveInt, AfterValidator(_bounded("trial_concurrency"))]
-    trial_gpu_number: Annotated[NonNegativeInt, AfterValidator(_bounded("trial_gpu_number"))] | None = None
-    max_experiment_duration: Annotated[_AnyDuration, AfterValidator(_bounded("max_experiment_duration"))] | None = None
-    max_trial_number: Annotated[PositiveInt, AfterValidator(_bounded("max_trial_number"))] | None = None
-    max_trial_duration: Annotated[_AnyDuration, AfterValidator(_bounded("max_trial_duration"))] | None = None
-    experiment_working_directory: AbsPath = Field(default_factory=_default_home, validate_default=True)
-    log_level: Annotated[Literal["trace", "debug", "info", "warning", "error", "fatal"], BeforeValidator(_lower)] = (
-        "info"
-    )
-    debug: StrictBool = False
-    tuner: AlgorithmConfig
-    assessor: AlgorithmConfig | None = None
-    training_service: TrainingServiceConfig
-    tuner_gpu_indices: GpuIndices | None = None
-    nni_manager_ip: str | None = None
-    # nnix extensions
-    trial_params_as_args: StrictBool = False
-    """Also append the parameters to the trial command as ``--name=value``."""
-    nan_policy: Literal["error", "allow"] = "error"
-    """What a NaN metric does: fail the trial (``error``) or be recorded as is (``allow``)."""
-    allowed_hosts: list[Annotated[str, AfterValidator(_host_name)]] | None = None
-    """More ``Host`` names the REST server answers besides its own (DNS-rebinding check); ``*``: any."""
-
-    @model_validator(mode="after")
-    def _checks(self, info: ValidationInfo) -> ExperimentConfig:
-        if self.debug and "log_level" not in self.model_fields_set:
-            self.log_level = "debug"
-        if _from_loader(info):
-            return self
-        problems = self.training_service.cross_check(self.trial_gpu_number)
-        lines = [p.render(_hybrid_loc(("training_service", *p.loc)), _camel_path).render() for p in problems]
-        from nnix.space import validate as validate_space
-
-        lines += [issue.render() for issue in validate_space(self.search_space, "searchSpace")]
-        if lines:
-            raise PydanticCustomError("experiment", "; ".join(lines))
-        return self
-
-    def to_json(self) -> dict[str, Any]:
-        """NNI-style camelCase JSON (for display and REST); unset optional fields are left out."""
-        data: dict[str, Any] = self.model_dump(by_alias=True, mode="json", exclude_none=True)
-        return data
-
-
-def config_secrets(model: BaseModel) -> dict[str, str]:
-    """Every secret (``SecretStr``) value set in ``model``, by dotted snake_case path
-    (``training_service.machine_list.0.password``). Stored configs hold masks instead; see
-    :func:`restore_secrets`."""
-    found: dict[str, str] = {}
-
-    def walk(value: Any, path: str) -> None:
-        if isinstance(value, SecretStr):
-            found[path] = value.get_secret_value()
-        elif isinstance(value, BaseModel):
-            for name in type(value).model_fields:
-                walk(getattr(value, name), f"{path}.{name}" if path else name)
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                walk(item, f"{path}.{i}")
-
-    walk(model, "")
-    return found
-
-
-def restore_secrets(data: dict[str, Any], secrets: dict[str, str]) -> dict[str, Any]:
-    """A copy of a stored (JSON) config with the secrets of :func:`config_secrets` put back."""
-    out: Any = json.loads(json.dumps(data))
-    for path, value in secrets.items():
-        node = out
-        *parents, last = path.split(".")
-        try:
-            for part in parents:
-                node = node[int(part)] if isinstance(node, list) else node[part]
-            if isinstance(node, list):
-                node[int(last)] = value
-            elif isinstance(node, dict):
-                node[last] = value
-        except (KeyError, IndexError, ValueError, TypeError):
-            continue  # the config changed shape: that secret no longer applies
-    result: dict[str, Any] = out
-    return result
-
-
-def _camel_path(loc: tuple[str | int, ...]) -> str:
-    return ".".join(to_camel(p) if isinstance(p, str) else str(p) for p in loc)
-
-
-# --------------------------------------------------------------------------------------------------
-# Loading
-
-
-@dataclass
-class LoadedConfig:
-    """A validated config, the warnings met on the way, and which NNI format the file was in."""
-
-    config: ExperimentConfig
-    warnings: list[str] = field(default_factory=list)
-    format: Literal["v1", "v2"] = "v2"
-
-
-def load_config(path: Path | str) -> LoadedConfig:
-    """Read and validate a YAML (or JSON) config file. Raises :class:`ConfigError` with every problem."""
-    file = Path(path).expanduser()
-    source = str(file)
-    try:
-        text = read_text(file, "config file")
-        data = load_yaml(text)
-    except DocumentError as e:
-        if e.message.endswith("is a directory, not a config file"):
-            e.hint = "give the path of the YAML file, e.g. config.yml"
-        raise ConfigError([_document_issue(e)], source=source) from None
-    if data is None:
-        raise ConfigError([FieldIssue("", "the file is empty")], source=source)
-    return parse_config(data, Path(os.path.realpath(file.parent)), source=source)
-
-
-def _document_issue(error: DocumentError, path: str = "", prefix: str = "") -> FieldIssue:
-    """A reading problem as a field issue: the document's own key path after ``path``, and the line."""
-    where = ".".join(p for p in (path, error.path) if p)
-    line = f"at line {error.line}: " if error.line is not None else ""
-    return FieldIssue(where, f"{prefix}{line}{error.message}", error.hint)
-
-
-_MISSING_HINTS: dict[str, str] = {
-    "trial_command": "the shell command that runs one trial, e.g. trialCommand: python3 train.py",
-    "trial_concurrency": "how many trials may run at once, e.g. trialConcurrency: 2",
-    "tuner": "e.g. tuner: {name: TPE, classArgs: {optimize_mode: maximize}}",
-    "training_service": "e.g. trainingService: {platform: local}",
-}
-
-
-def parse_config(
-    data: Any, base_dir: Path, source: str | None = None, style: Literal["camel", "snake"] | None = None
-) -> LoadedConfig:
-    """Validate an already-parsed config (v1 or v2, any key spelling); relative paths resolve against ``base_dir``.
-    ``style``: how to spell the fields that errors name but the data does not (default: as most keys are).
-
-    Raises :class:`ConfigError` listing every problem found.
-    """
-    from nnix.compat.nni_config import translate
-
-    if not isinstance(data, dict):
-        raise ConfigError(
-            [FieldIssue("", f"a config is a mapping of keys to values, not a {type(data).__name__}")],
-            source=source,
-        )
-    base_dir = Path(os.path.realpath(Path(base_dir).expanduser()))
-    tr = translate(data)
-    if style is not None:
-        tr.style = style
-    native = tr.data
-    issues = list(tr.issues)
-    context = {_BASE_DIR: base_dir, _LOADER: True}
-    skip: set[tuple[str | int, ...]] = set(tr.suggested)  # 'missing' errors already explained
-
-    issues += _load_search_space(native, tr, base_dir)
-    skip.add(("search_space",))
-
-    model: ExperimentConfig | None = None
-    try:
-        model = ExperimentConfig.model_validate(native, context=context)
-    except ValidationError as e:
-        for err in e.errors():
-            loc = _strip_tags(tuple(err["loc"]))
-            if loc[:1] in (("search_space",), ("search_space_file",)):
-                continue  # checked above (and by nnix.space), with better messages
-            if err["type"] == "missing" and loc in skip:
-                continue
-            issues.append(_issue_from_error(err, loc, tr))
-
-    issues += _algorithm_issues(native, tr, context)
-    issues += _cross_issues(native, tr, context)
-    if issues:
-        raise ConfigError(issues, source=source)
-    assert model is not None
-    warnings = list(tr.warnings)
-    if model.tuner_gpu_indices is not None:
-        from nnix.compat.nni_config import _remap, format_path
-
-        key = format_path(_remap(tr.key_map.get(("tuner_gpu_indices",), ("tunerGpuIndices",)), tr.origins))
-        warnings.append(
-            f"{key} has no effect in nnix: the tuner runs in the manager process and nnix's tuners compute on "
-            "the CPU (NNI set CUDA_VISIBLE_DEVICES of its tuner process); a custom tuner that uses a GPU "
-            "chooses its device itself")
-    return LoadedConfig(model, warnings, tr.format)
-
-
-def _load_search_space(native: dict[str, Any], tr: Translation, base_dir: Path) -> list[FieldIssue]:
-    """Fill ``search_space`` from ``search_space_file``; return every search-space problem."""
-    from nnix.space import validate as validate_space
-
-    has_inline = "search_space" in native
-    has_file = "search_space_file" in native
-    file_path = tr.path(("search_space_file",))
-    if has_inline and has_file:
-        return [
-            FieldIssue(
-                file_path,
-                f"give the search space either inline ({tr.path(('search_space',))}) or as a file, not both",
-                f"remove {tr.path(('search_space',))} or {file_path}",
-            )
-        ]
-    if has_inline:
-        return validate_space(native["search_space"], tr.path(("search_space",)))
-    if not has_file:
-        inline_path = tr.path(("search_space",))
-        if inline_path == file_path:  # v1: only a file is possible
-            hint = f"set {file_path} to a JSON or YAML file"
-        else:
-            hint = f"set {inline_path} (inline) or {file_path} (a JSON or YAML file)"
-        return [FieldIssue(inline_path, "no search space", hint)]
-    raw = native["search_space_file"]
-    if not isinstance(raw, (str, Path)):
-        return [FieldIssue(file_path, f"must be a file path, got {brief(raw)}")]
-    path = resolve_path(raw, base_dir)
-    native["search_space_file"] = str(path)
-    try:
-        text = read_text(path, "search space file")
-    except DocumentError as e:
-        if e.message.endswith("does not exist"):
-            e.hint = "paths are relative to the config file"
-        return [_document_issue(e, file_path)]
-    try:
-        space: Any = load_json(text)
-    except DocumentError as e:
-        return [_document_issue(e, file_path, f"in {path}: ")]
-    except ValueError:
-        try:
-            space = load_yaml(text)
-        except DocumentError as e:
-            return [_document_issue(e, file_path, f"{path} is neither JSON nor YAML; ")]
-    native["search_space"] = space
-    return validate_space(space, f"{file_path}({raw})")
-
-
-def _strip_tags(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
-    """Drop the union tag pydantic inserts after a discriminated field (``training_service.local.x``)."""
-    if len(loc) > 1 and loc[0] == "training_service" and loc[1] in training_service_platforms():
-        loc = (loc[0], *loc[2:])
-    return _hybrid_loc(loc)
-
-
-def _hybrid_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+def hybrid_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
     """``training_service.services.<i>.<tag>.x`` (hybrid, as stored) → ``training_service.<i>.x`` (as written)."""
     if len(loc) > 2 and loc[0] == "training_service" and loc[1] == "services" and isinstance(loc[2], int):
         rest = loc[3:]
@@ -1291,87 +849,3 @@ def _hybrid_loc(loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
             rest = rest[1:]
         return (loc[0], loc[2], *rest)
     return loc
-
-
-def _issue_from_error(err: Any, loc: Loc, tr: Translation) -> FieldIssue:
-    from nnix.compat.nni_config import NNI_PLATFORMS
-
-    kind: str = err["type"]
-    ctx: dict[str, Any] = err.get("ctx") or {}
-    hint: str | None = ctx.get("hint")
-    supported = ", ".join(sorted(p for p in training_service_platforms() if p != "hybrid"))
-    hybrid_item = len(loc) == 2 and loc[0] == "training_service" and isinstance(loc[1], int)
-    if kind in ("union_tag_invalid", "union_tag_not_found") and (loc == ("training_service",) or hybrid_item):
-        path = tr.path((*loc, "platform"))
-        if kind == "union_tag_not_found":
-            return FieldIssue(path, "missing required field", f"supported platforms: {supported}")
-        tag = str(ctx.get("tag"))
-        if tag == "hybrid":
-            return FieldIssue(path, "hybrid mode is written as a list of training services, not as a platform",
-                              "trainingService: [{platform: local}, {platform: remote, machineList: [...]}]")
-        if tag in NNI_PLATFORMS:
-            what = f"platform {brief(tag)} is not supported by this nnix version yet"
-        else:
-            what = f"unknown platform {brief(tag)}"
-        close = difflib.get_close_matches(tag.lower(), list(training_service_platforms()), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        return FieldIssue(path, what, f"{hint}supported platforms: {supported}")
-    path = tr.path(loc)
-    if kind == "missing":
-        return FieldIssue(path, "missing required field", _MISSING_HINTS.get(str(loc[-1])) if loc else None)
-    if kind == "extra_forbidden":
-        return FieldIssue(path, "unknown key")
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
-        hint = hint or (_MISSING_HINTS.get(str(loc[-1])) if len(loc) == 1 else None)
-        return FieldIssue(path, f"must be a mapping of keys to values, got {_short(err.get('input'))}", hint)
-    message: str = err["msg"]
-    if kind in ("int_type", "bool_type", "string_type", "list_type", "literal_error") or (
-        kind.startswith(("greater_than", "less_than")) or kind.endswith("_parsing")
-    ):
-        message = f"{message[0].lower()}{message[1:]}, got {_short(err.get('input'))}"
-    return FieldIssue(path, message, hint)
-
-
-def _short(value: Any) -> str:
-    return brief(value, 60)
-
-
-_ALGORITHM_FIELDS = {"name": "name", "className": "class_name", "classArgs": "class_args"}
-
-
-def _algorithm_issues(native: dict[str, Any], tr: Translation, context: dict[str, Any]) -> list[FieldIssue]:
-    """Registry checks (name, classArgs) of each algorithm section that is otherwise well-formed."""
-    issues = []
-    sections: tuple[Kind, ...] = ("tuner", "assessor")
-    for section in sections:
-        raw = native.get(section)
-        if raw is None:
-            continue
-        try:
-            algo = AlgorithmConfig.model_validate(raw, context=context)
-        except ValidationError:
-            continue  # already reported
-        for issue in algorithm_issues(section, algo.ref(), algo.class_args, section):
-            head, _, rest = issue.path.partition(".")
-            field_name, _, tail = rest.partition(".")
-            if head == section and field_name in _ALGORITHM_FIELDS:
-                loc: Loc = (section, _ALGORITHM_FIELDS[field_name], *([p for p in tail.split(".")] if tail else []))
-                issues.append(FieldIssue(tr.path(loc), issue.message, issue.hint))
-            else:
-                issues.append(issue)
-    return issues
-
-
-_SERVICE_ADAPTER: TypeAdapter[Any] = TypeAdapter(TrainingServiceConfig)
-
-
-def _cross_issues(native: dict[str, Any], tr: Translation, context: dict[str, Any]) -> list[FieldIssue]:
-    """Rules spanning the experiment and its training service, checked when both parts are well-formed."""
-    gpus = native.get("trial_gpu_number")
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
-        return []
-    try:
-        service = _SERVICE_ADAPTER.validate_python(native.get("training_service"), context=context)
-    except ValidationError:
-        return []
-    return [p.render(_hybrid_loc(("training_service", *p.loc)), tr.path) for p in service.cross_check(gpus)]
