@@ -180,3 +180,60 @@ def test_a_detached_manager_is_resumed_and_reattaches_running_trials(tmp_path: P
         assert t.status is TrialStatus.SUCCEEDED, t.message
         assert [m.sequence for m in t.intermediate] == list(range(30))  # nothing lost, nothing twice
     assert len(launcher.launched) == 2, (launcher.launched, launcher.reasons)  # taken over, not restarted
+
+
+def test_an_environment_with_capacity_runs_several_trials_at_once(tmp_path: Path) -> None:
+    """Launcher ``capacity`` 2: one environment takes both trials of concurrency 2, at the same time."""
+    launcher = ProcessLauncher(capacity=2)
+    gate = tmp_path / "go-on"
+    exp_dir = _experiment(tmp_path, concurrency=2, trials=4, gate=(1, gate))
+    result: dict[str, Any] = {}
+    th = _in_background(lambda: result.setdefault("st", _run(exp_dir, launcher)))
+    deadline = time.monotonic() + 60
+    while True:  # both first trials wait at step 1 in their environment: they run at once
+        running = [t for t in read_state(exp_dir).trials.values() if t.status is TrialStatus.RUNNING]
+        if len(running) == 2:
+            break
+        assert time.monotonic() < deadline, "two trials never ran at once"
+        time.sleep(0.05)
+    assert running[0].environment_id == running[1].environment_id
+    gate.touch()
+    th.join(60)
+    st = result["st"]
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4
+    assert len(launcher.launched) == 1  # one environment for concurrency 2
+    assert len({t.environment_id for t in st.trials.values()}) == 1
+
+
+def test_with_lost_policy_requeue_a_trial_whose_environment_ends_runs_again(tmp_path: Path) -> None:
+    launcher = ProcessLauncher(lost_policy="requeue")
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=2, steps=40, step_s=0.05)
+    result: dict[str, Any] = {}
+    th = _in_background(lambda: result.setdefault("st", _run(exp_dir, launcher)))
+    deadline = time.monotonic() + 30
+    while True:
+        running = [t for t in read_state(exp_dir).trials.values()
+                   if t.status is TrialStatus.RUNNING and len(t.intermediate) >= 2]
+        if running:
+            break
+        assert time.monotonic() < deadline, "no trial ran"
+        time.sleep(0.05)
+    handle = next(iter(_alive(launcher)))
+    launcher.kill(handle, "PREEMPTED")
+    th.join(90)
+    st = result["st"]
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 2  # not FAILED: run again
+    assert len(launcher.launched) >= 2
+
+
+def test_the_placement_hook_decides_which_environment_takes_a_trial(tmp_path: Path) -> None:
+    """Launcher ``admit``/``release``: an environment of capacity 2 on a one-GPU machine runs one trial at a
+    time; every admitted trial is released once."""
+    launcher = ProcessLauncher(capacity=2, one_gpu=True)
+    exp_dir = _experiment(tmp_path, concurrency=2, trials=3)
+    st = _run(exp_dir, launcher)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 3
+    assert len(launcher.launched) == 1
+    assert sorted(t for t, _ in launcher.admitted) == sorted(st.trials)
+    assert sorted(launcher.released) == sorted(st.trials)  # once each
+    assert launcher.gpu_holder == {}

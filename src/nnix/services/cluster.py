@@ -26,22 +26,22 @@ import os
 import secrets
 import signal
 import socket
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from nnix.agent.protocol import Attach, Hello, Kill, Message, Run, Shutdown
-from nnix.agent.reason import exit_reason
-from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
-from nnix.errors import ServiceError, ServiceUnavailableError
-from nnix.services.agent_server import AgentServer, Endpoint
+from nnix.agent.protocol import Heartbeat, Hello
+from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
+from nnix.errors import ServiceError
+from nnix.services.agent_server import AgentServer
 from nnix.services.base import CapacityChanged, ServiceContext
-from nnix.services.health import HostHealth
+from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
+
     from nnix.config import ExperimentConfig
 
 __all__ = ["ClusterService", "EnvRequest", "EnvStatus", "Launcher", "SharedStorageLayout"]
@@ -118,7 +118,22 @@ class Launcher(Protocol):
 
     Optional attribute ``shares_files: bool`` (default True): the trials' output directories are on storage
     the manager reads (``output_location`` is a path here). False: agents stream each trial's stdout and
-    stderr, and the manager keeps a copy (:mod:`nnix.services.mirror`)."""
+    stderr, and the manager keeps a copy (:mod:`nnix.services.mirror`).
+
+    Optional attribute ``capacity: int`` (default 1): how many trials one environment runs at once in reuse
+    mode (an environment with the resources of several trials: a whole node, a machine); non-reuse
+    environments always run one.
+
+    Optional placement hook, for environments that hold resources of several trials (``capacity``): methods
+    ``admit(spec, handle, resources) -> TrialSpec | None`` (may the environment ``handle``, whose agent last
+    reported ``resources`` (``gpus``: index, util, mem_util, processes...), take the placed trial now? Return the
+    spec to run there, e.g. with ``CUDA_VISIBLE_DEVICES`` set, or None: not now) and ``release(trial_id)`` (the
+    trial left its environment; called once for each admitted trial). A trial no environment admits waits.
+
+    Optional attribute ``lost_policy: "fail" | "requeue"`` (default ``"fail"``): what becomes of a running trial
+    whose environment ended under it (the engine ended the job, or its agent fell silent): it fails with the
+    reason, or goes back to the queue to run again from scratch (``lostHostPolicy`` of the SSH service). A trial
+    that had not started goes back to the queue either way."""
 
     async def prepare(self) -> None: ...
 
@@ -155,39 +170,21 @@ class SharedStorageLayout:
 # The shared part
 
 
-class _StartFailed(Exception):
-    pass
-
-
-@dataclass(eq=False)
-class _Env:
-    env_id: str
-    endpoint: Endpoint
-    single: bool
+@dataclass(eq=False, kw_only=True)
+class _Env(FleetEnv):
     launched_at: float
     state: Literal["launching", "pending", "ready", "ended"] = "launching"
     handle: str | None = None
-    trial: str | None = None
-    used: bool = False  # single: it took its one trial
     idle_since: float | None = None
     reason: str = ""
-    stopping: bool = False
-    adopted: bool = False  # taken over from an earlier manager (resume)
-    claims: list[str] = field(default_factory=list)
+    connected: bool = False  # its agent said hello (at least once)
+    resources: dict[str, Any] = field(default_factory=dict)  # as its agent last reported them
     ended_seen: float | None = None  # when the engine first said it ended
 
 
-@dataclass(eq=False)
-class _Trial:
-    trial_id: str
-    env: _Env | None
-    location: str
+@dataclass(eq=False, kw_only=True)
+class _Trial(FleetTrial[_Env]):
     placed: TrialSpec | None = None
-    last_index: int = -1
-    started: asyncio.Future[Started] | None = None
-    killing: bool = False  # nnix asked its agent to kill it
-    held: Exited | None = None  # its exit, held until the engine says whether it ended the environment
-    held_at: float = 0.0
 
 
 _SIGNALS_FROM_OUTSIDE = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP)
@@ -219,7 +216,7 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class ClusterService:
+class ClusterService(Fleet[_Env, _Trial]):
     """A training service whose environments an engine starts (see the module docstring).
 
     Subclasses set ``platform`` and implement ``make_launcher``; ``from_config`` does the rest.
@@ -245,19 +242,11 @@ class ClusterService:
         trial_gpu_number: int | None = None,
         max_environments: int | None = None,
         lost_timeout: float = 60.0,
-        start_timeout: float = 60.0,
-        give_up_after: float | None = None,
-        backoff_min: float = 1.0,
-        backoff_max: float = 30.0,
         engine_poll_interval: float = 2.0,
         end_grace: float = 3.0,
-        agent_request_timeout: float = 10.0,
-        poll_interval: float = 0.25,
-        kill_grace: float = 5.0,
         port: int = 0,
-        clock: Callable[[], float] = time.monotonic,
+        **agent: Unpack[AgentOptions],
     ) -> None:
-        self._emit = emit
         self.launcher = launcher
         self._context = context
         self._reuse = reuse
@@ -265,41 +254,28 @@ class ClusterService:
         self._advertise = advertise_host
         self._trial_gpu_number = trial_gpu_number
         self._max_envs = max_environments
-        self._lost_after = float(lost_timeout)
-        self._start_timeout = float(start_timeout)
         self._engine_poll = float(engine_poll_interval)
         self._end_grace = float(end_grace)
-        self._agent_options: tuple[str, ...] = (
-            "--request-timeout", f"{agent_request_timeout:g}", "--poll-interval", f"{poll_interval:g}",
-            "--kill-grace", f"{kill_grace:g}",
-        )
         self._shared = bool(getattr(launcher, "shares_files", True))
-        if self._shared:  # the manager reads trial files where they are: no copy streamed
-            self._agent_options = (*self._agent_options, "--no-output-stream")
-        self._mirror = OutputMirror(context.experiment_dir) if context is not None and not self._shared else None
-        self._kill_grace = kill_grace
-        self._port = port
-        self._clock = clock
-        self._server: AgentServer | None = None
-        self._url = ""
-        self._envs: dict[str, _Env] = {}
-        self._trials: dict[str, _Trial] = {}
-        self._early: list[tuple[_Env, Message]] = []
-        self._demand = 0
-        self._fatal: ServiceError | None = None
+        self._capacity = max(1, int(getattr(launcher, "capacity", 1))) if reuse else 1
+        self._requeue_lost = getattr(launcher, "lost_policy", "fail") == "requeue"
         # failed starts (environments that die before their agent connects, agents that do not start a trial in
         # time) and when to give up: the policy shared with the SSH service (nnix.services.health). The engine is
         # one "host"; three failed starts in a row, or failing for lost_timeout, stop the experiment
-        self._health = HostHealth(
-            [self.platform], give_up_after=give_up_after if give_up_after is not None else max(
-                self._lost_after, self._start_timeout), backoff_min=backoff_min, backoff_max=backoff_max,
-            max_failures=3, noun=f"{self.platform} environment", clock=clock)
+        self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None and not self._shared
+                         else None, hosts=[self.platform], lost_after=lost_timeout, max_failures=3,
+                         noun=f"{self.platform} environment", **agent)
+        if self._shared:  # the manager reads trial files where they are: no copy streamed
+            self._agent_options = (*self._agent_options, "--no-output-stream")
+        self._port = port
+        self._server: AgentServer | None = None
+        self._url = ""
+        self._demand = 0
+        self._fatal: ServiceError | None = None
         self._counter = 0
-        self._closing = False
         self._settle_deadline = 0.0
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._settled = True  # until start finds environments of an earlier manager
         self._monitor: asyncio.Task[None] | None = None
-        self._reason = ""
 
     # --- construction --------------------------------------------------------------------------
     @classmethod
@@ -363,7 +339,7 @@ class ClusterService:
         bind = "127.0.0.1" if _is_loopback(advertise) else "0.0.0.0"  # agents authenticate by token
         saved = self._load()
         port = self._port or int(saved.get("port") or 0)
-        heartbeat = max(0.2, min(5.0, self._lost_after / 4))
+        heartbeat = self._heartbeat_every
         self._server = AgentServer(host=bind, port=port, heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
         try:
             await self._server.start()
@@ -380,12 +356,13 @@ class ClusterService:
             if not isinstance(info, dict) or not info.get("handle"):
                 continue
             ep = self._server.register(env_id, self, token=str(info["token"]))
-            env = _Env(env_id, ep, bool(info.get("single")), self._clock(), state="pending",
+            env = _Env(env_id, ep, bool(info.get("single")), launched_at=self._clock(), state="pending",
                        handle=str(info["handle"]), adopted=True)
             self._envs[env_id] = env
         if self._envs:
             log.info("%d %s environment(s) of the earlier manager may reconnect", len(self._envs), self.platform)
         self._settle_deadline = self._clock() + (self._lost_after if self._envs else 0.0)
+        self._settled = not self._envs
         self._save()
         self._monitor = asyncio.create_task(self._watch())
 
@@ -400,18 +377,17 @@ class ClusterService:
         for env in list(self._envs.values()):
             if env.state == "ended":
                 continue
-            if env.trial is not None and not kill_trials:
+            if env.trials and not kill_trials:
                 continue  # keeps running: a resumed manager takes it over
-            env.stopping = True
-            env.endpoint.send(Shutdown("the experiment's manager is closing", kill_trials=True))
-            t = self._trials.get(env.trial) if env.trial is not None else None
-            if t is not None:
-                t.killing = True
+            self._shutdown(env, "the experiment's manager is closing", kill_trials=True)
+            for tid in env.trials:
+                t = self._trials.get(tid)
+                if t is not None:
+                    t.killing = True
             stops.append(env)
         if stops:
             deadline = self._clock() + (self._kill_grace + 2.0 if kill_trials else 1.0)
-            while self._clock() < deadline and any(e.endpoint.delivered_command < e.endpoint.next_command - 1
-                                                   for e in stops if e.state == "ready"):
+            while self._clock() < deadline and any(not e.shutdown_delivered() for e in stops if e.state == "ready"):
                 await asyncio.sleep(0.05)
         await asyncio.gather(*(self._stop_env(e, "the experiment's manager is closing") for e in stops),
                              return_exceptions=True)
@@ -436,22 +412,14 @@ class ClusterService:
         env.state, env.reason = "ended", why
         if self._server is not None:
             self._server.retire(env.env_id, why)
-        if env.trial is not None:
-            t = self._trials.pop(env.trial, None)
-            env.trial = None
-            if t is not None:
-                msg = f"its {self.platform} environment {env.handle or env.env_id} ended: {why}"
-                if t.started is not None and not t.started.done():
-                    t.started.set_exception(_StartFailed(msg))
-                else:
-                    self._emit(Exited(t.trial_id, None, None, "", msg))
+        for tid in sorted(env.trials):
+            t = self._trials.get(tid)
+            if t is not None:  # one still starting waits for another environment (submit)
+                self._write_off(t, f"its {self.platform} environment {env.handle or env.env_id} ended: {why}",
+                                "requeue" if self._requeue_lost and not self._closing else None)
+        env.trials.clear()
         if not self._closing:
             self._save()
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # --- environments --------------------------------------------------------------------------
     def set_demand(self, waiting: int) -> None:
@@ -461,15 +429,21 @@ class ClusterService:
     def _live(self) -> list[_Env]:
         return [e for e in self._envs.values() if e.state != "ended" and not e.stopping]
 
+    def _slots(self, env: _Env) -> int:
+        """How many more trials ``env`` can take (its capacity, less what it runs)."""
+        if env.stopping or env.state == "ended" or (env.single and env.used):
+            return 0
+        return max(0, self._capacity - len(env.trials))
+
     def _free(self, env: _Env) -> bool:
-        return env.trial is None and not (env.single and env.used) and not env.stopping and env.state != "ended"
+        return self._slots(env) > 0
 
     def _ensure_envs(self) -> None:
         if self._closing or self._fatal is not None or not self._health.usable(self.platform):
             return
         live = self._live()
-        coming = [e for e in live if self._free(e)]
-        want = max(self._demand, 1) - len(coming)
+        coming = sum(self._slots(e) for e in live)
+        want = -(-(max(self._demand, 1) - coming) // self._capacity)  # environments, rounded up
         if self._max_envs is not None:
             want = min(want, self._max_envs - len(live))
         for _ in range(max(0, want)):
@@ -533,12 +507,14 @@ class ClusterService:
                 if env.state in ("launching", "pending") and not env.endpoint.hello and not env.stopping:
                     self._failure(env, st.reason or "ended")
                     continue
-                if env.trial is None or env.stopping:
+                if not env.trials or env.stopping:
                     self._end_env(env, st.reason or "ended")
                     continue
-                held = self._trials.get(env.trial)
-                if held is not None and held.held is not None and not st.killed:
-                    self._exited(held, env, held.held)  # its own exit stands: the engine did not end the job
+                held = [t for t in (self._trials.get(tid) for tid in sorted(env.trials)) if t is not None]
+                if held and all(t.held is not None for t in held) and not st.killed:
+                    for t in held:  # its own exit stands: the engine did not end the job
+                        assert t.held is not None
+                        self._exited(t, env, t.held)
                     self._end_env(env, st.reason or "ended")
                     continue
                 # its agent may still be delivering the trial's exit: a short grace
@@ -558,104 +534,72 @@ class ClusterService:
                 log.warning("%s environment %s (%s) silent for %.0f s: stopping it", self.platform, env.env_id,
                             env.handle, now - seen)
                 self._spawn(self._stop_env(env, f"its agent was silent for {now - seen:.0f} s"))
-            elif self._free(env) and env.idle_since is not None and self._demand == 0 and (
+            elif not env.trials and env.idle_since is not None and self._demand == 0 and (
                     now - env.idle_since > self._idle_timeout):
                 log.info("%s environment %s idle for %.0f s: stopping it", self.platform, env.env_id,
                          now - env.idle_since)
-                env.endpoint.send(Shutdown("idle", kill_trials=False))
+                self._shutdown(env, "idle")
                 self._spawn(self._stop_env(env, "idle"))
         if self._settle_deadline and now >= self._settle_deadline:
             self._settle()
 
     def _settle(self) -> None:
-        """After a resume: trials whose environment never came back are over."""
+        """After a resume: trials whose environment never came back are over; strays in adopted environments
+        are killed, and adopted environments with nothing left to run are stopped (nnix.services.fleet)."""
         self._settle_deadline = 0.0
         for t in list(self._trials.values()):
             if t.env is None and t.started is None:
-                del self._trials[t.trial_id]
+                self._forget_trial(t)
                 self._emit(Exited(t.trial_id, None, None, "",
                                   f"its {self.platform} environment did not come back after the manager restarted"))
-        for env in list(self._envs.values()):
-            if env.adopted and env.trial is None and env.state != "ended" and not env.stopping:
-                self._spawn(self._stop_env(env, "taken over; nothing left to run"))
+        super()._settle()
 
-    # --- messages from agents ------------------------------------------------------------------
-    def on_hello(self, environment_id: str, hello: Hello) -> None:
-        env = self._envs.get(environment_id)
-        if env is None or env.state == "ended":
-            return
-        first = env.state != "ready"
-        env.state, env.reason, env.claims = "ready", "", list(hello.running)
+    # --- fleet hooks (nnix.services.fleet) -----------------------------------------------------
+    def _env_gone(self, env: _Env) -> bool:
+        return env.state == "ended"
+
+    def _retire_idle(self, env: _Env) -> None:
+        self._spawn(self._stop_env(env, "taken over; nothing left to run"))
+
+    def _greeted(self, env: _Env, hello: Hello) -> None:
+        env.state, env.reason, env.resources = "ready", "", dict(hello.resources)
         if env.idle_since is None:
             env.idle_since = self._clock()
         self._health.ok(self.platform)
-        for tid in hello.running:
-            t = self._trials.get(tid)
-            if t is not None and t.env is None:
-                self._bind(t, env)
-            elif t is None and not env.adopted:
-                env.endpoint.send(Kill(tid))
-        if first:
+
+    def _hello_done(self, env: _Env, hello: Hello) -> None:
+        if not env.connected:
+            env.connected = True
             log.info("%s environment %s (%s) connected from %s", self.platform, env.env_id, env.handle,
                      hello.resources.get("hostname", "?"))
             self._emit(CapacityChanged(f"{self.platform} environment {env.env_id} is ready"))  # type: ignore[arg-type]
 
-    def _bind(self, t: _Trial, env: _Env) -> None:
-        """A trial of an earlier manager found in an environment it left running: the agent sends again
-        any metrics after the last one recorded (the earlier manager may have missed some it acknowledged)."""
-        t.env, env.trial, env.used = env, t.trial_id, True
-        env.endpoint.send(Attach(t.trial_id, t.location, None, None, t.last_index))
+    def _hold_exit(self, t: _Trial, env: _Env, exited: Exited) -> bool:
+        """Killed by a signal nnix did not send: the engine may be ending the environment (time limit, scancel,
+        preemption) and signals the trial with it; its reason is the one to show, so the exit waits for the
+        engine's word (the next polls, see _check)."""
+        if env.stopping or not _by_signal(exited):
+            return False
+        t.held_at = self._clock()
+        return True
 
-    def on_refused(self, environment_id: str, reason: str) -> None:
-        env = self._envs.get(environment_id)
-        if env is not None:
-            self._fatal = ServiceError(f"the nnix agent in {self.platform} environment {env.handle} was refused: "
-                                       f"{reason}", "install the manager's nnix version in the environments")
+    def _released(self, t: _Trial) -> None:
+        release = getattr(self.launcher, "release", None)
+        if release is not None and t.placed is not None:  # admitted here (not a trial of an earlier manager)
+            release(t.trial_id)
 
-    def on_message(self, environment_id: str, message: Message) -> None:
-        env = self._envs.get(environment_id)
-        if env is None:
-            return
-        if isinstance(message, Output):
-            if message.trial_id in self._trials and self._mirror is not None:
-                self._mirror.write(message)
-            return
-        if not isinstance(message, (Started, Metrics, Exited)):
-            return
-        t = self._trials.get(message.trial_id)
-        if t is None:
-            if env.adopted and self._settle_deadline:
-                self._early.append((env, message))
-            return
-        if t.env is None:
-            t.env, env.trial, env.used = env, t.trial_id, True
-        if t.env is not env:
-            return
-        if isinstance(message, Started):
-            if t.started is not None and not t.started.done():
-                t.started.set_result(message)
-        elif isinstance(message, Metrics):
-            t.last_index = max(t.last_index, message.last_line)
-            if t.started is None or t.started.done():
-                self._emit(message)
-        elif (t.started is None or t.started.done()) and not t.killing and not env.stopping and _by_signal(message):
-            # killed by a signal nnix did not send: the engine may be ending the environment (time limit,
-            # scancel, preemption) and signals the trial with it; its reason is the one to show, so the exit
-            # waits for the engine's word (the next polls), see _check
-            t.held, t.held_at = message, self._clock()
-        else:
-            self._exited(t, env, message)
+    def _heartbeat(self, env: _Env, beat: Heartbeat) -> None:
+        env.resources = dict(beat.resources)
 
-    def _exited(self, t: _Trial, env: _Env, message: Exited) -> None:
-        del self._trials[t.trial_id]
-        env.trial, env.idle_since = None, self._clock()
-        if t.started is not None and not t.started.done():
-            t.started.set_exception(_StartFailed(exit_reason(message.exit_code, message.signal, message.stderr_tail,
-                                                             message.message)))
-        else:
-            self._emit(message)
+    def _trial_left(self, t: _Trial, env: _Env) -> None:
+        if not env.trials:
+            env.idle_since = self._clock()
         if env.single:
             env.stopping = True  # its agent exits by itself; the engine job ends with it
+
+    def _refused(self, env: _Env, reason: str) -> None:
+        self._fatal = ServiceError(f"the nnix agent in {self.platform} environment {env.handle} was refused: "
+                                   f"{reason}", "install the manager's nnix version in the environments")
 
     # --- the TrainingService protocol ----------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:
@@ -663,11 +607,9 @@ class ClusterService:
             raise self._fatal
         free = [e for e in self._envs.values() if e.state == "ready" and self._free(e)]
         if not free:
-            verdict = self._health.verdict()
-            if verdict is not None:
-                raise ServiceUnavailableError(
-                    verdict, f"check that the environments can run the agent (python with nnix) and reach the "
-                    f"manager at {self._url} (set nniManagerIp to an address they can reach)")
+            self._give_up_if_hopeless(
+                f"check that the environments can run the agent (python with nnix) and reach the "
+                f"manager at {self._url} (set nniManagerIp to an address they can reach)")
             self._ensure_envs()
             pending = [e for e in self._live() if e.state in ("launching", "pending")]
             if not self._health.usable(self.platform) and not pending:
@@ -680,32 +622,37 @@ class ClusterService:
             else:
                 self._reason = f"every {self.platform} environment is busy"
             return None
-        env = min(free, key=lambda e: e.launched_at)
         placed = self.launcher.place(spec)
+        admit = getattr(self.launcher, "admit", None)
+        chosen: tuple[_Env, TrialSpec] | None = None
+        for env in sorted(free, key=lambda e: e.launched_at):  # the oldest first
+            admitted = placed if admit is None else admit(placed, env.handle, env.resources)
+            if admitted is not None:
+                chosen = (env, admitted)
+                break
+        if chosen is None:
+            self._reason = f"no {self.platform} environment can take it now (placement: {self.launcher.kind})"
+            return None
+        env, placed = chosen
         loop = asyncio.get_running_loop()
-        t = _Trial(spec.trial_id, env, self.launcher.output_location(spec), placed, started=loop.create_future())
-        assert t.started is not None
-        self._trials[spec.trial_id] = t
-        env.trial, env.used, env.idle_since = spec.trial_id, True, None
-        env.endpoint.send(Run(placed))
+        t = _Trial(spec.trial_id, None, self.launcher.output_location(spec), placed=placed,
+                   started=loop.create_future())
+        env.idle_since = None
         try:
-            started = await asyncio.wait_for(asyncio.shield(t.started), self._start_timeout)
+            started = await self._handshake(t, env, placed)
         except TimeoutError:
-            self._trials.pop(spec.trial_id, None)
-            env.trial = None
+            self._forget_trial(t)
             why = f"the agent of {self.platform} environment {env.handle} did not start it within " \
                   f"{self._start_timeout:g} s"
             self._spawn(self._stop_env(env, f"its agent did not start trial {spec.trial_id} within "
                                             f"{self._start_timeout:g} s"))
             return self._requeue_unstarted(spec.trial_id, why)
-        except _StartFailed as e:
-            self._trials.pop(spec.trial_id, None)
-            if env.trial == spec.trial_id:
-                env.trial = None
-            if env.state == "ended":  # the environment died under it: the trial waits for another one
-                return self._requeue_unstarted(spec.trial_id, str(e))
+        except StartFailed as e:
+            self._forget_trial(t)
             raise ServiceError(f"trial {spec.trial_id} could not start in {self.platform} environment "
                                f"{env.handle}: {e}", "check trialCommand and the code directory") from None
+        if started is None:  # the environment died under it: the trial waits for another one
+            return self._requeue_unstarted(spec.trial_id, t.unstarted)
         t.started = None
         self._reason = ""
         self._demand = max(0, self._demand - 1)
@@ -713,41 +660,18 @@ class ClusterService:
         return replace(started, output_dir=t.location, environment_id=env.env_id)
 
     def _requeue_unstarted(self, trial_id: str, why: str) -> Started | None:
-        """A trial that did not start goes back to the queue (counted: a Requeued event with the reason), and the
-        engine backs off (nnix.services.health): never an experiment error by itself. Returns None."""
+        """A trial that did not start goes back to the queue, and the engine backs off (nnix.services.health).
+        Returns None."""
         delay = self._health.failed(self.platform, why)
-        log.warning("trial %s did not start: %s; no new %s environment for %g s", trial_id, why, self.platform, delay)
-        self._emit(Requeued(trial_id, f"did not start: {why}; back to the queue"))
-        self._reason = why
+        self._requeue(trial_id, why)
+        log.warning("no new %s environment for %g s", self.platform, delay)
         return None
-
-    async def cancel(self, trial_id: str) -> None:
-        t = self._trials.get(trial_id)
-        if t is not None and t.env is not None and t.env.state != "ended":
-            t.killing = True
-            if t.held is not None:  # it is over already
-                self._exited(t, t.env, t.held)
-                return
-            t.env.endpoint.send(Kill(trial_id))
 
     async def reattach(
         self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int,
         gpus: tuple[int, ...] | None,
     ) -> None:
         t = _Trial(trial_id, None, str(output_dir), last_index=after_index)
-        self._trials[trial_id] = t
-        for env in self._envs.values():
-            if trial_id in env.claims and env.state == "ready":
-                self._bind(t, env)
-                break
-        early, self._early = self._early, []
-        for env, msg in early:
-            if getattr(msg, "trial_id", None) == trial_id:
-                self.on_message(env.env_id, msg)
-            else:
-                self._early.append((env, msg))
+        self._adopt_trial(t)
         if t.env is None and not self._settle_deadline:
             self._settle_deadline = self._clock()
-
-    def waiting_reason(self) -> str:
-        return self._reason

@@ -62,7 +62,6 @@ import logging
 import re
 import secrets
 import shlex
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -71,18 +70,19 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import asyncssh
 
 from nnix import __version__
-from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run, Shutdown
-from nnix.agent.reason import exit_reason
-from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
-from nnix.errors import GpuUnavailableError, ServiceError, ServiceUnavailableError
-from nnix.services.agent_server import AgentServer, Endpoint
+from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill
+from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
+from nnix.errors import GpuUnavailableError, ServiceError
+from nnix.services.agent_server import AgentServer
 from nnix.services.base import ServiceContext
+from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.gpu import GpuInfo, GpuScheduler
-from nnix.services.health import HostHealth
 from nnix.services.mirror import OutputMirror
 from nnix.services.packing import CodeArchive, build_wheels, pack_code
 
 if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
+
     from nnix.config import ExperimentConfig, RemoteConfig, RemoteMachineConfig
 
 __all__ = ["HostError", "RemoteService"]
@@ -104,10 +104,6 @@ class HostError(ServiceError):
         self.permanent = permanent
 
 
-class _StartFailed(Exception):
-    pass
-
-
 class _ReportedInventory:
     """A machine's GPUs as its agent last reported them."""
 
@@ -127,38 +123,22 @@ class _ReportedInventory:
         return list(self.gpus)
 
 
-@dataclass(eq=False)
-class _Env:
-    env_id: str
+@dataclass(eq=False, kw_only=True)
+class _Env(FleetEnv):
     machine: _Machine
-    endpoint: Endpoint
-    single: bool
     dir: str
     started_at: float
     process: asyncssh.SSHClientProcess[Any] | None = None  # None: adopted from an earlier manager
     pid: int | None = None
-    adopted: bool = False
     draining: bool = False  # takes no new trial
     dead: bool = False
-    stopping: bool = False
-    shutdown_seq: int = 0
     refused: str | None = None
-    claims: list[str] = field(default_factory=list)
-    trials: set[str] = field(default_factory=set)
     hello: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-@dataclass(eq=False)
-class _Trial:
-    trial_id: str
+@dataclass(eq=False, kw_only=True)
+class _Trial(FleetTrial[_Env]):
     machine: _Machine
-    env: _Env | None
-    output_dir: str
-    pid: int | None = None
-    pid_start: str | None = None
-    last_index: int = -1
-    started: asyncio.Future[Started | None] | None = None
-    unstarted: str = ""  # why ``started`` was resolved with None (its host lost, its agent replaced)
 
 
 @dataclass(eq=False)
@@ -209,7 +189,7 @@ def _q(s: str) -> str:
     return shlex.quote(s)
 
 
-class RemoteService:
+class RemoteService(Fleet[_Env, _Trial]):
     platform = "remote"
 
     def __init__(
@@ -227,19 +207,11 @@ class RemoteService:
         lost_host_policy: Literal["fail", "requeue"] = "fail",
         lost_host_timeout: float = 60.0,
         connect_timeout: float = 10.0,
-        start_timeout: float = 60.0,
-        give_up_after: float | None = None,
-        backoff_min: float = 1.0,
-        backoff_max: float = 30.0,
         adopt_wait: float = 3.0,
-        agent_request_timeout: float = 10.0,
-        poll_interval: float = 0.25,
-        kill_grace: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
+        **agent: Unpack[AgentOptions],
     ) -> None:
         if not machines:
             raise ServiceError("machineList is empty", "list at least one SSH machine")
-        self._emit = emit
         self._context = context
         self._code_dir = Path(code_dir)
         self._reuse = reuse
@@ -247,14 +219,8 @@ class RemoteService:
         self._known_hosts = known_hosts_file or Path.home() / ".ssh" / "known_hosts"
         self._work_dir = remote_work_dir
         self._policy = lost_host_policy
-        self._lost_after = float(lost_host_timeout)
         self._connect_timeout = connect_timeout
-        self._start_timeout = start_timeout
         self._adopt_wait = adopt_wait
-        self._agent_timeout = agent_request_timeout
-        self._poll_interval = poll_interval
-        self._kill_grace = kill_grace
-        self._clock = clock
         self._machines: list[_Machine] = []
         for i, m in enumerate(machines):
             inv = _ReportedInventory()
@@ -265,25 +231,15 @@ class RemoteService:
         self._by_key = {m.key: m for m in self._machines}
         # one policy for failed starts and lost hosts (nnix.services.health); giving up needs every machine
         # failing for lostHostTimeout, and never less than one agent start timeout
-        self._health = HostHealth(
-            [m.label for m in self._machines],
-            give_up_after=give_up_after if give_up_after is not None else max(self._lost_after, start_timeout),
-            backoff_min=backoff_min, backoff_max=backoff_max, clock=clock)
-        self._envs: dict[str, _Env] = {}
-        self._trials: dict[str, _Trial] = {}
-        self._early: list[tuple[_Env, Message]] = []
-        self._settled = False
-        self._closing = False
-        self._reason = ""
+        self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None else None,
+                         hosts=[m.label for m in self._machines], lost_after=lost_host_timeout, **agent)
         self._rr = 0
         self._server: AgentServer | None = None
         self._wheels: list[Path] = []
         self._wheel_digest = ""
         self._archive: CodeArchive | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._monitor: asyncio.Task[None] | None = None
         self._settle_timer: asyncio.TimerHandle | None = None
-        self._mirror = OutputMirror(context.experiment_dir) if context is not None else None
 
     @classmethod
     def from_config(
@@ -360,8 +316,7 @@ class RemoteService:
         ssh_log = logging.getLogger("asyncssh")
         if ssh_log.level == logging.NOTSET:  # asyncssh logs every channel at INFO: keep its warnings only
             ssh_log.setLevel(logging.WARNING)
-        heartbeat = max(0.2, min(5.0, self._lost_after / 4))
-        self._server = AgentServer(heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
+        self._server = AgentServer(heartbeat=self._heartbeat_every, poll_wait=20.0, clock=self._clock)
         await self._server.start()
         try:
             await self._start_machines()
@@ -424,10 +379,6 @@ class RemoteService:
         if self._server is not None:
             await self._server.close()
 
-    def _shutdown(self, env: _Env, reason: str, kill_trials: bool = False) -> None:
-        env.stopping = True
-        env.shutdown_seq = env.endpoint.send(Shutdown(reason, kill_trials=kill_trials))
-
     async def _wait_gone(self, env: _Env, timeout: float) -> None:
         """Until the agent exited (its SSH channel ended) or, for an agent taken over from an earlier
         manager (no channel), until it was handed its shutdown."""
@@ -436,7 +387,7 @@ class RemoteService:
             if env.process is not None:
                 if env.process.exit_status is not None or env.process.exit_signal is not None or env.dead:
                     return
-            elif env.endpoint.delivered_command >= env.shutdown_seq:
+            elif env.shutdown_delivered():
                 return
             await asyncio.sleep(0.02)
 
@@ -738,7 +689,7 @@ class RemoteService:
                 token = endpoint.token  # a written-off agent: it will hear 410 and stop its trials
             else:
                 ep = self._server.register(env_id, self)
-                env = _Env(env_id, m, ep, single=False, dir=f"{m.root}/envs/{env_id}", started_at=self._clock(),
+                env = _Env(env_id, ep, single=False, machine=m, dir=f"{m.root}/envs/{env_id}", started_at=self._clock(),
                            pid=pid, adopted=True, draining=True)
                 self._envs[env_id] = env
                 m.envs[env_id] = env
@@ -759,7 +710,7 @@ class RemoteService:
         m.generation += 1
         env_id = f"m{m.index}-{'t' if single else 'r'}{m.generation}-{secrets.token_hex(3)}"
         ep = self._server.register(env_id, self)
-        env = _Env(env_id, m, ep, single=single, dir=f"{m.root}/envs/{env_id}", started_at=self._clock())
+        env = _Env(env_id, ep, single=single, machine=m, dir=f"{m.root}/envs/{env_id}", started_at=self._clock())
         self._envs[env_id] = env
         m.envs[env_id] = env
         for a in attach or []:
@@ -767,8 +718,7 @@ class RemoteService:
         await self._write_connect(m, env.dir, env_id, ep.token)
         args = [
             self._venv_python(m), "-m", "nnix.agent", "--connect-file", f"{env.dir}/agent.json",
-            "--request-timeout", f"{self._agent_timeout:g}", "--poll-interval", f"{self._poll_interval:g}",
-            "--kill-grace", f"{self._kill_grace:g}", *(["--single"] if single else []),
+            *self._agent_options, *(["--single"] if single else []),
         ]
         command = (f"cd {_q(m.code_dir)} && {self._path_prefix(m)}exec {' '.join(_q(a) for a in args)} "
                    f">> {_q(env.dir + '/agent.log')} 2>&1 < /dev/null")
@@ -853,7 +803,7 @@ class RemoteService:
                 if self._reuse and (m.reuse_env is None or m.reuse_env.dead):
                     m.reuse_env = await self._start_env(m, single=False)
                 for t in [t for t in self._trials.values() if t.machine is m and t.env is None and t.started is None]:
-                    attach = Attach(t.trial_id, t.output_dir, t.pid, t.pid_start, t.last_index)
+                    attach = Attach(t.trial_id, t.location, t.pid, t.pid_start, t.last_index)
                     if self._reuse:
                         env = m.reuse_env
                         assert env is not None
@@ -900,11 +850,6 @@ class RemoteService:
             log.warning("could not start a spare agent on %s: %s", m.label, e.message)
         finally:
             m.replenishing = False
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # --- liveness --------------------------------------------------------------------------------
     async def _watch_liveness(self) -> None:
@@ -969,17 +914,8 @@ class RemoteService:
         trials = [t for t in self._trials.values() if t.machine is m]
         log.error("%s; lostHostPolicy %s applies to its trials %s", m.problem, self._policy,
                   sorted(t.trial_id for t in trials) or "(none)")
-        for t in trials:
-            del self._trials[t.trial_id]
-            m.gpus.release(t.trial_id)
-            if t.started is not None and not t.started.done():
-                t.unstarted = m.problem
-                t.started.set_result(None)  # still starting: back to the queue, for another machine (submit)
-                continue
-            if self._policy == "requeue":
-                self._emit(Requeued(t.trial_id, f"{m.problem}; re-queued (lostHostPolicy: requeue)"))
-            else:
-                self._emit(Exited(t.trial_id, None, None, "", f"{m.problem} (lostHostPolicy: fail)"))
+        for t in trials:  # one still starting goes back to the queue, for another machine (submit)
+            self._write_off(t, m.problem, self._policy)
         for env in list(m.envs.values()):
             env.trials.clear()
             self._forget_env(env)
@@ -990,120 +926,41 @@ class RemoteService:
         if m.conn is not None:
             m.conn.abort()
 
-    # --- messages from agents (EnvironmentHandler) -----------------------------------------------
-    def on_hello(self, environment_id: str, hello: Hello) -> None:
-        env = self._envs.get(environment_id)
-        if env is None:
-            return
-        env.claims = list(hello.running)
+    # --- fleet hooks (nnix.services.fleet) -----------------------------------------------------------
+    def _env_gone(self, env: _Env) -> bool:
+        return env.dead
+
+    def _may_host(self, t: _Trial, env: _Env) -> bool:
+        return t.machine is env.machine
+
+    def _greeted(self, env: _Env, hello: Hello) -> None:
         env.machine.inventory.update(hello.resources)
         env.hello.set()
-        for tid in hello.running:
-            t = self._trials.get(tid)
-            if t is not None and t.machine is env.machine:
-                if t.env is None:
-                    if env.adopted:
-                        self._bind(t, env)
-                    else:
-                        t.env = env
-                        env.trials.add(tid)
-            elif t is None and self._settled:
-                self._kill_stray(env, tid)
 
-    def _bind(self, t: _Trial, env: _Env) -> None:
-        """A trial of an earlier manager found in an agent it left running: the agent sends again any
-        metrics after the last one recorded (the earlier manager may have acknowledged lines it never
-        recorded before it was killed)."""
-        t.env = env
-        env.trials.add(t.trial_id)
-        log.info("trial %s: taken over with agent %s of the earlier manager (metrics after line %d sent again)",
-                 t.trial_id, env.env_id, t.last_index)
-        env.endpoint.send(Attach(t.trial_id, t.output_dir, t.pid, t.pid_start, t.last_index))
+    def _heartbeat(self, env: _Env, beat: Heartbeat) -> None:
+        env.machine.inventory.update(beat.resources)
 
-    def on_refused(self, environment_id: str, reason: str) -> None:
-        env = self._envs.get(environment_id)
-        if env is not None:
-            env.refused = reason
-            env.machine.problem = reason
+    def _released(self, t: _Trial) -> None:
+        t.machine.gpus.release(t.trial_id)
 
-    def on_message(self, environment_id: str, message: Message) -> None:
-        env = self._envs.get(environment_id)
-        if env is None:
-            return
-        if isinstance(message, Heartbeat):
-            env.machine.inventory.update(message.resources)
-            return
-        if isinstance(message, Output):
-            if message.trial_id in self._trials and self._mirror is not None:
-                self._mirror.write(message)  # trial files stay on the worker: keep a copy here
-            return
-        if not isinstance(message, (Started, Metrics, Exited)):
-            return
-        t = self._trials.get(message.trial_id)
-        if t is None:
-            if env.adopted and not self._settled:
-                self._early.append((env, message))  # the manager has not re-attached its trials yet
-            return
-        if t.machine is not env.machine:
-            return
-        if t.env is None:
-            if env.adopted:  # an earlier manager's agent speaks first: it sends again what the store lacks
-                self._bind(t, env)
-            else:
-                t.env = env
-                env.trials.add(t.trial_id)
-        if t.env is not env:
-            return  # a replaced agent still talking about a trial another agent now watches
-        if isinstance(message, Started):
-            t.pid, t.pid_start = message.pid, message.pid_start
-            if t.started is not None and not t.started.done():
-                t.started.set_result(message)
-            return
-        if isinstance(message, Metrics):
-            t.last_index = max(t.last_index, message.last_line)
-            if t.started is None or t.started.done():
-                self._emit(message)
-            return
-        # Exited
-        del self._trials[t.trial_id]
-        env.trials.discard(t.trial_id)
-        env.machine.gpus.release(t.trial_id)
-        if t.started is not None and not t.started.done():
-            t.started.set_exception(_StartFailed(exit_reason(message.exit_code, message.signal, message.stderr_tail,
-                                                             message.message)))
-        else:
-            self._emit(message)
+    def _trial_left(self, t: _Trial, env: _Env) -> None:
         if env.draining and not env.trials and not env.stopping:
             self._shutdown(env, "no more trials for this agent")
 
-    def _kill_stray(self, env: _Env, trial_id: str) -> None:
-        log.warning("agent %s on %s runs trial %s, which this experiment no longer expects there: killing it",
-                    env.env_id, env.machine.label, trial_id)
-        env.endpoint.send(Kill(trial_id))
+    def _retire_idle(self, env: _Env) -> None:
+        self._shutdown(env, "taken over; nothing left to watch")
 
-    def _settle(self) -> None:
-        """After the manager re-attached its running trials: strays in taken-over agents are killed."""
-        self._settled = True
-        self._early.clear()
-        for env in list(self._envs.values()):
-            if env.dead or not env.adopted:
-                continue
-            for tid in env.claims:
-                if tid not in self._trials:
-                    self._kill_stray(env, tid)
-            if not env.trials and not env.stopping:  # its trials (if any) are watched by another agent
-                self._shutdown(env, "taken over; nothing left to watch")
+    def _refused(self, env: _Env, reason: str) -> None:
+        env.refused = reason
+        env.machine.problem = reason
 
     # --- the TrainingService protocol ------------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:
         ready = [m for m in self._machines if m.state == "ready" and (not self._reuse or m.reuse_env is not None)
                  and self._health.usable(m.label)]
         if not ready:
-            verdict = self._health.verdict()
-            if verdict is not None:
-                raise ServiceUnavailableError(
-                    verdict, "check the machines named (network, sshd, load, agent.log under remoteWorkDir); "
-                    "`nnix resume` runs the waiting trials once one is usable")
+            self._give_up_if_hopeless("check the machines named (network, sshd, load, agent.log under remoteWorkDir); "
+                                      "`nnix resume` runs the waiting trials once one is usable")
             self._reason = "no remote machine is available now: " + "; ".join(
                 self._health.describe(m.label) if self._health.failing(m.label) else
                 f"{m.label} {m.state}" + (f" ({m.problem})" if m.problem else "") for m in self._machines)
@@ -1138,7 +995,7 @@ class RemoteService:
         env_vars = {**spec.env, **m.gpus.env(alloc)}
         remote = replace(spec, code_dir=Path(m.code_dir), output_dir=Path(out), env=env_vars)
         loop = asyncio.get_running_loop()
-        t = _Trial(spec.trial_id, m, None, out, started=loop.create_future())
+        t = _Trial(spec.trial_id, None, out, machine=m, started=loop.create_future())
         assert t.started is not None
         self._trials[spec.trial_id] = t
         try:
@@ -1159,10 +1016,7 @@ class RemoteService:
                         await take
                     return self._requeue_unstarted(t, t.unstarted or f"{m.label} went away")
                 env = take.result()
-            t.env = env
-            env.trials.add(spec.trial_id)
-            env.endpoint.send(Run(remote))
-            started = await asyncio.wait_for(asyncio.shield(t.started), self._start_timeout)
+            started = await self._handshake(t, env, remote)
         except HostError as e:
             return self._requeue_unstarted(t, f"cannot start it on {m.label}: {e.message}")
         except TimeoutError:
@@ -1171,7 +1025,7 @@ class RemoteService:
             where = f" (see {t.env.dir}/agent.log on the worker)" if t.env is not None else ""
             return self._requeue_unstarted(
                 t, f"the agent on {m.label} did not start it within {self._start_timeout:g} s{where}")
-        except _StartFailed as e:
+        except StartFailed as e:
             raise ServiceError(f"trial {spec.trial_id} could not start on {m.label}: {e}",
                                "check trialCommand and that the code directory is usable on the worker") from None
         if started is None:  # its host was lost, or its agent replaced, meanwhile
@@ -1186,29 +1040,13 @@ class RemoteService:
         reason), whatever lostHostPolicy says; the machine backs off if it is still there (nnix.services.health).
         Returns None (what submit returns: not started).
         Never an experiment error: that is for when no machine can run anything (see submit)."""
-        self._drop_trial(t)
+        self._forget_trial(t)
         m = t.machine
         note = ""
         if m.state == "ready" and not self._closing:
             note = f"; {m.label} gets no trial for {self._health.failed(m.label, why):g} s"
-        log.warning("trial %s did not start: %s%s", t.trial_id, why, note)
-        self._emit(Requeued(t.trial_id, f"did not start: {why}; back to the queue"))
-        self._reason = why + note
+        self._requeue(t.trial_id, why, note)
         return None
-
-    def _drop_trial(self, t: _Trial) -> None:
-        self._trials.pop(t.trial_id, None)
-        t.machine.gpus.release(t.trial_id)
-        if t.env is not None:
-            t.env.trials.discard(t.trial_id)
-
-    async def cancel(self, trial_id: str) -> None:
-        t = self._trials.get(trial_id)
-        if t is None:
-            return
-        if t.env is not None and not t.env.dead:
-            t.env.endpoint.send(Kill(trial_id))
-        # else: delivered once an agent watches it (re-attach), or written off with its host
 
     async def reattach(
         self,
@@ -1226,22 +1064,9 @@ class RemoteService:
             self._emit(Exited(trial_id, None, None, "",
                               f"the trial ran at {text}, which is not a machine of machineList any more"))
             return
-        t = _Trial(trial_id, m, None, "/" + rest, pid, pid_start, after_index)
-        self._trials[trial_id] = t
+        t = _Trial(trial_id, None, "/" + rest, pid, pid_start, after_index, machine=m)
         if gpus:
             m.gpus.restore(trial_id, gpus)
-        for env in m.live_envs():
-            if trial_id in env.claims:
-                self._bind(t, env)
-                break
-        early, self._early = self._early, []
-        for env, msg in early:
-            if getattr(msg, "trial_id", None) == trial_id:
-                self.on_message(env.env_id, msg)
-            else:
-                self._early.append((env, msg))
+        self._adopt_trial(t)
         if t.env is None and trial_id in self._trials and m.state == "ready":
             self._spawn(self._reconcile(m))
-
-    def waiting_reason(self) -> str:
-        return self._reason

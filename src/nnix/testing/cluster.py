@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
@@ -24,11 +24,20 @@ __all__ = ["ProcessClusterService", "ProcessLauncher"]
 class ProcessLauncher:
     """Environments as local processes. ``hold`` > 0: the first ``hold`` launches stay "pending" until
     :meth:`release` (an engine queue); ``refuse``: every launch raises (an engine rejecting the job);
-    ``broken``: environments start a command that is not the agent (it exits at once)."""
+    ``broken``: environments start a command that is not the agent (it exits at once); ``capacity``: trials
+    one environment runs at once (reuse mode); ``lost_policy``: what becomes of a trial whose environment ends
+    under it; ``one_gpu``: placement as on a one-GPU machine (an environment admits one trial at a time, with
+    ``CUDA_VISIBLE_DEVICES=0``); ``admitted`` and ``released`` record the placement hook's calls."""
 
     kind: str = "process"
     advertise_host: str | None = "127.0.0.1"
     refuse: str = ""
+    capacity: int = 1
+    lost_policy: Literal["fail", "requeue"] = "fail"
+    one_gpu: bool = False
+    admitted: list[tuple[str, str]] = field(default_factory=list)  # (trial, handle)
+    released: list[str] = field(default_factory=list)
+    gpu_holder: dict[str, str] = field(default_factory=dict)  # handle -> the trial holding its GPU
     broken: bool = False
     launched: list[EnvRequest] = field(default_factory=list)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -87,6 +96,20 @@ class ProcessLauncher:
 
     def place(self, spec: TrialSpec) -> TrialSpec:
         return spec
+
+    def admit(self, spec: TrialSpec, handle: str, resources: dict[str, Any]) -> TrialSpec | None:
+        if self.one_gpu:
+            if handle in self.gpu_holder:
+                return None
+            self.gpu_holder[handle] = spec.trial_id
+            spec = replace(spec, env={**spec.env, "CUDA_VISIBLE_DEVICES": "0"})
+        self.admitted.append((spec.trial_id, handle))
+        return spec
+
+    def release(self, trial_id: str) -> None:
+        self.released.append(trial_id)
+        for handle in [h for h, t in self.gpu_holder.items() if t == trial_id]:
+            del self.gpu_holder[handle]
 
     def output_location(self, spec: TrialSpec) -> str:
         return str(spec.output_dir)
