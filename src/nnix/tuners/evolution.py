@@ -97,7 +97,38 @@ def _mutate(space: SearchSpace, params: Params, rng: np.random.Generator) -> Par
     return out
 
 
-class EvolutionTuner:
+class Breeder:
+    """New proposals for the evolution tuners: random ones, and mutations of a parent, each checked against
+    what was proposed before (``_dedup``); ``None`` when a discrete space has nothing new left."""
+
+    _dedup: Deduplicator
+
+    def _random(self, space: SearchSpace, seed: int, pid: int) -> Params | None:
+        rng = rng_for(seed, pid)
+        for _ in range(_RANDOM_DRAWS):
+            params = sample(space, rng)
+            if self._dedup.is_new(params):
+                return params
+        return self._dedup.next_unseen()
+
+    def _evolve(self, space: SearchSpace, parent: Any, seed: int, pid: int) -> Params | None:
+        if not isinstance(parent, Mapping) or not contains(space, parent):
+            return self._random(space, seed, pid)  # a foreign parent (e.g. the space was updated)
+        for stream in range(_MUTATION, _MUTATION + 1 + _REDRAWS):
+            params = _mutate(space, dict(parent), rng_for(seed, pid, stream))
+            if self._dedup.is_new(params):
+                return params
+        return self._random(space, seed, pid)
+
+
+def space_exhausted() -> NoMoreTrialsError:
+    return NoMoreTrialsError(
+        "search space fully explored",
+        "every point of this discrete search space has been tried; widen the search space or stop the experiment",
+    )
+
+
+class EvolutionTuner(Breeder):
     """NNI's evolution tuner; see the module docstring."""
 
     Args: ClassVar[type[TunerArgs]] = EvolutionArgs
@@ -153,11 +184,7 @@ class EvolutionTuner:
                 params = self._evolve(space, ctx.history[position].params, seed, pid)
             if params is None:
                 if not out:
-                    raise NoMoreTrialsError(
-                        "search space fully explored",
-                        "every point of this discrete search space has been tried; "
-                        "widen the search space or stop the experiment",
-                    )
+                    raise space_exhausted()
                 break
             self._dedup.take(params)
             out.append(params)
@@ -165,19 +192,3 @@ class EvolutionTuner:
             pending += 1
         return out
 
-    def _random(self, space: SearchSpace, seed: int, pid: int) -> Params | None:
-        rng = rng_for(seed, pid)
-        for _ in range(_RANDOM_DRAWS):
-            params = sample(space, rng)
-            if self._dedup.is_new(params):
-                return params
-        return self._dedup.next_unseen()
-
-    def _evolve(self, space: SearchSpace, parent: Any, seed: int, pid: int) -> Params | None:
-        if not isinstance(parent, Mapping) or not contains(space, parent):
-            return self._random(space, seed, pid)  # a foreign parent (e.g. the space was updated)
-        for stream in range(_MUTATION, _MUTATION + 1 + _REDRAWS):
-            params = _mutate(space, dict(parent), rng_for(seed, pid, stream))
-            if self._dedup.is_new(params):
-                return params
-        return self._random(space, seed, pid)

@@ -19,24 +19,20 @@ tournaments and loses the losers. Discrete spaces are deduplicated like the othe
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from collections.abc import Sequence
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from nnix.errors import NoMoreTrialsError
-from nnix.space import Params, SearchSpace, contains, sample
+from nnix.space import Params
 from nnix.tuners.base import Direction, TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
-from nnix.tuners.evolution import _mutate
+from nnix.tuners.evolution import Breeder, space_exhausted
 
 __all__ = ["RegularizedEvolutionArgs", "RegularizedEvolutionTuner"]
 
 _TOURNAMENT = 1
-_MUTATION = 2
-_REDRAWS = 3
-_RANDOM_DRAWS = 8
 
 
 class RegularizedEvolutionArgs(TunerArgs):
@@ -62,7 +58,7 @@ def select_parent(population: Sequence[tuple[int, float]], sample_size: int, rng
     return population[int(best)][0]
 
 
-class RegularizedEvolutionTuner:
+class RegularizedEvolutionTuner(Breeder):
     """Ageing evolution with tournament selection; see the module docstring."""
 
     Args: ClassVar[type[TunerArgs]] = RegularizedEvolutionArgs
@@ -96,30 +92,9 @@ class RegularizedEvolutionTuner:
                 params = self._evolve(ctx.space, ctx.history[position].params, seed, pid)
             if params is None:
                 if not out:
-                    raise NoMoreTrialsError(
-                        "search space fully explored",
-                        "every point of this discrete search space has been tried; "
-                        "widen the search space or stop the experiment",
-                    )
+                    raise space_exhausted()
                 break
             self._dedup.take(params)
             out.append(params)
             live += 1
         return out
-
-    def _random(self, space: SearchSpace, seed: int, pid: int) -> Params | None:
-        rng = rng_for(seed, pid)
-        for _ in range(_RANDOM_DRAWS):
-            params = sample(space, rng)
-            if self._dedup.is_new(params):
-                return params
-        return self._dedup.next_unseen()
-
-    def _evolve(self, space: SearchSpace, parent: Any, seed: int, pid: int) -> Params | None:
-        if not isinstance(parent, Mapping) or not contains(space, parent):
-            return self._random(space, seed, pid)
-        for stream in range(_MUTATION, _MUTATION + 1 + _REDRAWS):
-            params = _mutate(space, dict(parent), rng_for(seed, pid, stream))
-            if self._dedup.is_new(params):
-                return params
-        return self._random(space, seed, pid)
