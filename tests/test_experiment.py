@@ -109,3 +109,28 @@ def test_a_failed_experiment_run_leaves_nothing_behind(tmp_path: Path) -> None:
         with pytest.raises(NnixError, match="is not idle"):
             exp.run(port=s.getsockname()[1])
     assert exp.id is None and Registry().all() == []
+
+
+def test_run_without_waiting_starts_a_daemon_and_debug_logs_at_debug(tmp_path: Path) -> None:
+    from nnix.testing import wait_until
+
+    (tmp_path / "trial.py").write_text("import nni, time\nnni.get_next_parameter()\ntime.sleep(60)\n")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({
+        "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}},
+        "trialCommand": f"{sys.executable} trial.py", "trialConcurrency": 1,
+        "tuner": {"name": "Random"}, "trainingService": {"platform": "local"},
+    }))
+    exp = Experiment(cfg)
+    assert exp.run(port=0, wait_completion=False, debug=True) is None  # returns while the trial sleeps
+    assert exp.id is not None
+    exp_dir = Path(Registry().get(exp.id).dir)
+    try:
+        wait_until(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 1, 60, "a running trial")
+        st = read_state(exp_dir)
+        assert st.status is ExperimentStatus.RUNNING
+        assert st.config["log_level"] == "debug"
+        assert " DEBUG " in (exp_dir / "log" / "manager.log").read_text()
+    finally:
+        exp.stop()
+    assert read_state(exp_dir).status is ExperimentStatus.STOPPED

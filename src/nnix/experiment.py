@@ -190,13 +190,19 @@ class Experiment:
         self._daemon_pid: int | None = None
         self.exit_code: int | None = None
 
-    def run(self, port: int = 8080, wait_completion: bool = True, debug: bool = False) -> bool:
+    def run(self, port: int = 8080, wait_completion: bool = True, debug: bool = False) -> bool | None:
         """Run in this process until the experiment ends. True when it ended normally with at least one
         succeeded trial; ``self.exit_code`` says more, with the values of ``nnix create --foreground``:
         0 that success, 3 ERROR, 4 no trial succeeded, 130 Ctrl-C, 143 stopped from elsewhere
-        (NNI returns True for a stopped run and for one whose every trial failed)."""
+        (NNI returns True for a stopped run and for one whose every trial failed).
+        ``wait_completion=False``: start it in the background (as :meth:`start`) and return None at once.
+        ``debug``: a new experiment's manager logs at DEBUG level (``log/manager.log``)."""
         from nnix.cli.run import run_manager
 
+        if not wait_completion:
+            self.start(port, debug)
+            return None
+        self._debug(debug)
         created = self.id is None
         if self.id is None:
             self.id, _ = create(self.config, None)
@@ -210,9 +216,10 @@ class Experiment:
         return self.exit_code == 0
 
     def start(self, port: int = 8080, debug: bool = False) -> str:
-        """Start a background manager (a daemon) and return the experiment id."""
+        """Start a background manager (a daemon) and return the experiment id (``debug``: as :meth:`run`)."""
         from nnix.cli.run import spawn_daemon
 
+        self._debug(debug)
         created = self.id is None
         if self.id is None:
             self.id, _ = create(self.config, None)
@@ -223,6 +230,10 @@ class Experiment:
                 self.id = None
             raise
         return self.id
+
+    def _debug(self, debug: bool) -> None:
+        if debug and self.id is None:  # an experiment already created keeps the level it was created with
+            self.config = self.config.model_copy(update={"debug": True, "log_level": "debug"})
 
     def stop(self) -> None:
         from nnix.cli.control import stop_experiment

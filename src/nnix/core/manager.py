@@ -418,8 +418,13 @@ class ExperimentManager:
         ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
         ctx = TunerContext(self._search_space(), self.direction, self.state.seed, tuple(self._history()))
         if getattr(self.tuner, "heavy", False):
-            return (await asyncio.to_thread(self.tuner.suggest, ctx, ids))[:n]
-        return self.tuner.suggest(ctx, ids)[:n]
+            proposed = (await asyncio.to_thread(self.tuner.suggest, ctx, ids))[:n]
+        else:
+            proposed = self.tuner.suggest(ctx, ids)[:n]
+        if ids and log.isEnabledFor(logging.DEBUG):
+            log.debug("tuner asked for %d (parameter ids %d..%d, %d in history): %d proposed", n, ids[0], ids[-1],
+                      len(ctx.history), len(proposed))
+        return proposed
 
     # --- scheduling --------------------------------------------------------------------------
     def _limit_reached(self) -> str | None:
