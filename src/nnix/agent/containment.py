@@ -123,6 +123,17 @@ def _pid_ok(name: str, me: int) -> bool:
     return name.isdigit() and int(name) != me
 
 
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` is gone or a zombie (dead, waiting for its parent): not a process left running."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(512)
+    except OSError:
+        return True
+    state = stat[stat.rfind(b")") + 2:][:1]  # the field after "(comm)"; comm may hold spaces and parentheses
+    return state in (b"Z", b"X", b"x")
+
+
 def _marked(token: str) -> set[int]:
     """Processes of this user whose environment holds the trial's marker."""
     needle = f"{TOKEN_ENV}={token}".encode()
@@ -203,7 +214,7 @@ class Containment:
                 text = ""
             found.update(int(x) for x in text.split() if x.isdigit())
         found.discard(os.getpid())
-        return found
+        return {pid for pid in found if not _exited(pid)}
 
     def signal(self, pids: set[int], sig: int) -> None:
         for pid in pids:

@@ -379,9 +379,12 @@ class TrialRunner:
         box = run.containment
         if box is None:
             return run.leftovers
-        n = run.leftovers + box.reported_leftovers()
+        # the wrapper counted (and killed) what its cgroup held; what this watcher still finds there is the
+        # same processes on their way out, not more of them: the larger count, never the sum
+        found = box.reported_leftovers()
         if not run.killing:
-            n += await box.reap(LEFTOVER_GRACE)
+            found = max(found, await box.reap(LEFTOVER_GRACE))
+        n = run.leftovers + found
         await box.release()
         return n
 
