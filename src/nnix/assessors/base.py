@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Protocol, runtime_checkable
 
+from nnix.model.args import TunerArgs
 from nnix.model.trials import Direction, TrialRecord
-from nnix.tuners.base import TunerArgs
 
 
 class Decision(str, Enum):

@@ -23,9 +23,9 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from nnix.assessors.base import AssessorContext, Decision
+from nnix.model.args import TunerArgs
 from nnix.model.status import TrialStatus
 from nnix.model.trials import Direction, TrialRecord
-from nnix.tuners.base import TunerArgs
 
 __all__ = ["MedianstopArgs", "MedianstopAssessor"]
 

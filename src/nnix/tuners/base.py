@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from nnix.model.args import TunerArgs
 from nnix.model.metrics import scalar_value
 from nnix.model.trials import Direction, Params, TrialRecord
 
@@ -46,12 +46,6 @@ class TunerContext:
 def rng_for(seed: int, parameter_id: int, stream: int = 0) -> np.random.Generator:
     """The random generator for one proposal: a pure function of (seed, parameter id, stream)."""
     return np.random.default_rng([seed & 0xFFFFFFFF, parameter_id, stream])
-
-
-class TunerArgs(BaseModel):
-    """Base of every tuner's ``classArgs`` model: unknown args are errors."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 @runtime_checkable
