@@ -15,15 +15,16 @@ from typing import Any
 from nnix.agent.runner import RunnerEvent
 from nnix.assessors.base import Assessor
 from nnix.config import AlgorithmConfig, ExperimentConfig, LoadedConfig, config_secrets, load_config, restore_secrets
-from nnix.core.events import ExperimentCreated
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import fold
 from nnix.errors import NnixError, StoreError, TunerError
 from nnix.home import STORE_NAME, Entry, Registry
+from nnix.model.events import ExperimentCreated
+from nnix.model.trials import Direction
 from nnix.registry import Kind, resolve
 from nnix.services.base import ServiceContext, TrainingService
 from nnix.store.sqlite import SqliteStore
-from nnix.tuners.base import Direction, Tuner
+from nnix.tuners.base import Tuner
 
 
 def create(loaded: LoadedConfig | ExperimentConfig, experiment_id: str | None = None) -> tuple[str, Path]:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from nnix.core.state import ExperimentState, fold, fold_store
-from nnix.core.status import ExperimentStatus
 from nnix.errors import ExperimentNotFoundError
+from nnix.model.status import ExperimentStatus
 from nnix.store.sqlite import SqliteStore
 
 ID_CHARS = string.ascii_lowercase + string.digits

@@ -27,9 +27,9 @@ from nnix.api.views import TrialView
 from nnix.config import ExperimentConfig
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import Metric, TrialState
-from nnix.core.status import MetricType, TrialStatus
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
+from nnix.model.status import MetricType, TrialStatus
 
 PREFIX = "/api/v1/nni"
 

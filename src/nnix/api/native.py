@@ -35,9 +35,9 @@ from nnix.api.openapi import document
 from nnix.api.sse import EventStreamResponse
 from nnix.api.views import TrialQuery, overview
 from nnix.core.state import Metric, TrialState
-from nnix.core.status import MetricType
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
+from nnix.model.status import MetricType
 
 PREFIX = "/api/nnix/v1"
 LOG_NAMES = ("stdout", "stderr", "trial.log")

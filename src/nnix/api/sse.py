@@ -18,8 +18,8 @@ from typing import Any
 
 from nnix.api.common import dumps, ms
 from nnix.api.views import TrialViews, overview
-from nnix.core.events import Event, ManagerHeartbeat, MetricReported
 from nnix.core.manager import ExperimentManager
+from nnix.model.events import Event, ManagerHeartbeat, MetricReported
 
 log = logging.getLogger("nnix.api")
 

@@ -18,9 +18,9 @@ from typing import Any
 from nnix import __version__
 from nnix.api.common import ApiError, dumps, ms
 from nnix.core.manager import ExperimentManager
-from nnix.core.metrics import scalar_value
 from nnix.core.state import Metric, TrialState
-from nnix.core.status import MetricType, TrialStatus
+from nnix.model.metrics import scalar_value
+from nnix.model.status import MetricType, TrialStatus
 
 STOPPED_STATUSES = (TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED, TrialStatus.EARLY_STOPPED)
 

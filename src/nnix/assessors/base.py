@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Protocol, runtime_checkable
 
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs
+from nnix.model.args import TunerArgs
+from nnix.model.trials import Direction, TrialRecord
 
 
 class Decision(str, Enum):

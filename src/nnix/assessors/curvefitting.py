@@ -39,8 +39,9 @@ from pydantic import Field
 from scipy.optimize import least_squares
 
 from nnix.assessors.base import AssessorContext, Decision
-from nnix.core.status import TrialStatus
-from nnix.tuners.base import TrialRecord, TunerArgs
+from nnix.model.args import TunerArgs
+from nnix.model.status import TrialStatus
+from nnix.model.trials import TrialRecord
 
 __all__ = ["CURVES", "CurvefittingArgs", "CurvefittingAssessor", "predict"]
 

@@ -23,8 +23,9 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from nnix.assessors.base import AssessorContext, Decision
-from nnix.core.status import TrialStatus
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs
+from nnix.model.args import TunerArgs
+from nnix.model.status import TrialStatus
+from nnix.model.trials import Direction, TrialRecord
 
 __all__ = ["MedianstopArgs", "MedianstopAssessor"]
 

@@ -11,8 +11,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from nnix.core.events import StatusChanged
-from nnix.core.status import ExperimentStatus
 from nnix.errors import ManagerUnreachableError, NnixError
 from nnix.home import (
     STORE_NAME,
@@ -24,6 +22,8 @@ from nnix.home import (
     read_state,
     shown_status,
 )
+from nnix.model.events import StatusChanged
+from nnix.model.status import ExperimentStatus
 from nnix.store.sqlite import SqliteStore
 
 
@@ -144,7 +144,7 @@ def validate_import(data: Any) -> list[dict[str, Any]]:
 
 def import_records(exp_id: str, data: Any) -> int:
     """Feed prior results to an experiment: through its manager if it runs, else into its store."""
-    from nnix.core.events import DataImported
+    from nnix.model.events import DataImported
 
     records = validate_import(data)
     entry = Registry().get(exp_id)

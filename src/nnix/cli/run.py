@@ -22,7 +22,6 @@ from typing import Any
 from nnix.cli.control import rest_get
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import ExperimentState
-from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import ManagerUnreachableError, NnixError, StoreFullError
 from nnix.experiment import build_manager
 from nnix.home import (
@@ -35,6 +34,7 @@ from nnix.home import (
     ui_url,
     write_manager_error,
 )
+from nnix.model.status import ExperimentStatus, TrialStatus
 
 
 def bind(port: int, host: str = "127.0.0.1") -> socket.socket:

@@ -27,7 +27,17 @@ from nnix.agent.channel import metric_problem
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
-from nnix.core.events import (
+from nnix.core.state import ExperimentState, TrialState, fold_store
+from nnix.errors import (
+    NnixError,
+    NoMoreTrialsError,
+    ServiceError,
+    ServiceUnavailableError,
+    StoreError,
+    StoreFullError,
+)
+from nnix.home import apply_manager_error, clear_manager_error, write_manager_error
+from nnix.model.events import (
     DataImported,
     Event,
     LimitsUpdated,
@@ -42,21 +52,12 @@ from nnix.core.events import (
     TrialStarted,
     TrialWarning,
 )
-from nnix.core.state import ExperimentState, TrialState, fold_store
-from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
-from nnix.errors import (
-    NnixError,
-    NoMoreTrialsError,
-    ServiceError,
-    ServiceUnavailableError,
-    StoreError,
-    StoreFullError,
-)
-from nnix.home import apply_manager_error, clear_manager_error, write_manager_error
+from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
+from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
 from nnix.store.base import Store
-from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
+from nnix.tuners.base import Tuner, TunerContext
 
 log = logging.getLogger("nnix.manager")
 

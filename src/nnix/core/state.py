@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nnix.core.events import (
+from nnix.model.events import (
     DataImported,
     Event,
     ExperimentCreated,
@@ -23,8 +23,8 @@ from nnix.core.events import (
     TrialStarted,
     TrialWarning,
 )
-from nnix.core.metrics import scalar_value
-from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
+from nnix.model.metrics import scalar_value
+from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.store.base import Store, Stored
 
 _METRIC_TYPES = {m.value: m for m in MetricType}
@@ -237,7 +237,7 @@ class ExperimentState:
             t.metrics.insert(at, Metric(mtype, sequence, value, ts, index))
 
     def apply_metric_row(self, seq: int, ts: float, row: list[Any]) -> None:
-        """Fold a stored metric row (see :func:`nnix.core.events.metric_row`) without building the
+        """Fold a stored metric row (see :func:`nnix.model.events.metric_row`) without building the
         event object: the same effect as ``apply`` of that MetricReported, several times faster."""
         tid, mtype, sequence, index, _parameter_id, value = row
         self.last_seq = seq

@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from nnix.core.events import Event
+from nnix.model.events import Event
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from nnix.core.events import Event
+from nnix.model.events import Event
 from nnix.store.base import Stored
 
 

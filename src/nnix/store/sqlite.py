@@ -17,8 +17,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnix.core.events import Event, decode, encode
 from nnix.errors import StoreCorruptError, StoreError, StoreFullError
+from nnix.model.events import Event, decode, encode
 from nnix.store.base import Stored
 
 if TYPE_CHECKING:

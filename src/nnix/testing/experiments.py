@@ -13,9 +13,9 @@ from typing import Any
 from nnix.config import parse_config
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import ExperimentState
-from nnix.core.status import ExperimentStatus
 from nnix.experiment import build_manager, create
 from nnix.home import read_state
+from nnix.model.status import ExperimentStatus
 
 
 def make_experiment(code_dir: Path, **fields: Any) -> tuple[str, Path]:

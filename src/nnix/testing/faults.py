@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nnix.core.events import MetricReported
-from nnix.core.status import MetricType, TrialStatus
 from nnix.home import STORE_NAME, Registry, pid_alive, read_state
+from nnix.model.events import MetricReported
+from nnix.model.status import MetricType, TrialStatus
 from nnix.store.sqlite import SqliteStore
 from nnix.testing.waiting import wait_until
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nnix.core.events import MetricReported, StatusChanged, TrialCreated, TrialEnded
-from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
+from nnix.model.events import MetricReported, StatusChanged, TrialCreated, TrialEnded
+from nnix.model.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.store.base import Store
 
 

@@ -23,10 +23,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nnix.core.status import TrialStatus
 from nnix.errors import NoMoreTrialsError
+from nnix.model.status import TrialStatus
+from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace, contains, duplicates_possible, key, sample
-from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
+from nnix.tuners.base import Tuner, TunerContext
 
 STATUS_CYCLE: tuple[TrialStatus, ...] = (
     TrialStatus.SUCCEEDED,

@@ -34,8 +34,9 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from nnix.errors import NoMoreTrialsError
+from nnix.model.trials import Direction
 from nnix.space import Key, Param, Params, SearchSpace, sample
-from nnix.tuners.base import Direction, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
 from nnix.tuners.tpe import HyperoptArgs
 

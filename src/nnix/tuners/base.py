@@ -20,39 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
-from nnix.core.metrics import scalar_value
-from nnix.core.status import TrialStatus
+from nnix.model.args import TunerArgs
+from nnix.model.metrics import scalar_value
+from nnix.model.trials import Direction, Params, TrialRecord
 
 __all__ = ["Direction", "Params", "TrialRecord", "Tuner", "TunerArgs", "TunerContext", "rng_for", "scalar_value"]
 
 if TYPE_CHECKING:
     from nnix.space import SearchSpace
-
-Params = dict[str, Any]
-
-
-class Direction(str, Enum):
-    MAXIMIZE = "maximize"
-    MINIMIZE = "minimize"
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    """What a tuner may know about one trial."""
-
-    parameter_id: int
-    params: Params
-    status: TrialStatus
-    value: float | None = None  # scalar final result (``default`` of a dict), None if none yet
-    intermediate: tuple[float, ...] = ()
-    trial_id: str | None = None  # None for imported results
-
 
 @dataclass(frozen=True)
 class TunerContext:
@@ -67,12 +46,6 @@ class TunerContext:
 def rng_for(seed: int, parameter_id: int, stream: int = 0) -> np.random.Generator:
     """The random generator for one proposal: a pure function of (seed, parameter id, stream)."""
     return np.random.default_rng([seed & 0xFFFFFFFF, parameter_id, stream])
-
-
-class TunerArgs(BaseModel):
-    """Base of every tuner's ``classArgs`` model: unknown args are errors."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 @runtime_checkable

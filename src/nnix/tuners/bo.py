@@ -33,8 +33,9 @@ from scipy.optimize import minimize
 from scipy.special import ndtr
 
 from nnix.errors import NoMoreTrialsError, SearchSpaceError
+from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace, sample
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
 from nnix.tuners.transform import SpaceTransform, unsupported
 

@@ -44,8 +44,9 @@ from numpy.typing import NDArray
 from pydantic import Field, field_validator, model_validator
 from scipy.special import ndtr, ndtri
 
+from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace, key
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.hyperband import (
     TRIAL_BUDGET,
     Budget,

@@ -34,8 +34,9 @@ import numpy as np
 from pydantic import Field
 
 from nnix.errors import NoMoreTrialsError
+from nnix.model.trials import Direction
 from nnix.space import Param, Params, SearchSpace, contains, sample
-from nnix.tuners.base import Direction, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
 
 __all__ = ["EvolutionArgs", "EvolutionTuner"]

@@ -12,8 +12,9 @@ from collections.abc import Container, Iterator, Sequence
 from typing import ClassVar, Literal
 
 from nnix.errors import FieldIssue, NoMoreTrialsError, SearchSpaceError
+from nnix.model.trials import TrialRecord
 from nnix.space import Params, SearchSpace, grid, key
-from nnix.tuners.base import TrialRecord, TunerArgs, TunerContext
+from nnix.tuners.base import TunerArgs, TunerContext
 
 
 class SeenKeys:

@@ -48,10 +48,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from nnix.core.status import TrialStatus
 from nnix.errors import TunerError
+from nnix.model.status import TrialStatus
+from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace, duplicates_possible, key, sample
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 
 __all__ = [
     "EPS",

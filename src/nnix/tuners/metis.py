@@ -44,8 +44,9 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
+from nnix.model.trials import TrialRecord
 from nnix.space import Params, contains, key
-from nnix.tuners.base import TrialRecord, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.bo import (
     MIN_OBSERVATIONS,
     STARTS_CAP,

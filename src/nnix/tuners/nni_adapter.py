@@ -39,10 +39,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from nnix.assessors.base import AssessorContext, Decision
-from nnix.core.status import TrialStatus
 from nnix.errors import NoMoreTrialsError, TunerError
+from nnix.model.status import TrialStatus
+from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace, key
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext
+from nnix.tuners.base import TunerArgs, TunerContext
 
 __all__ = ["NniAssessorAdapter", "NniTunerAdapter", "adapt", "is_no_more_trial_error"]
 

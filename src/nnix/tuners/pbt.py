@@ -47,8 +47,9 @@ import numpy as np
 from pydantic import Field
 
 from nnix.errors import FieldIssue, SearchSpaceError, TunerError
+from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Param, Params, SearchSpace, contains, sample
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 
 __all__ = ["LOAD_KEY", "SAVE_KEY", "PBTArgs", "PBTTuner", "checkpoint_dir", "perturb"]
 

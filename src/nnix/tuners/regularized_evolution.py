@@ -25,8 +25,9 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from nnix.model.trials import Direction
 from nnix.space import Params
-from nnix.tuners.base import Direction, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
 from nnix.tuners.evolution import Breeder, space_exhausted
 

@@ -51,8 +51,9 @@ from types import ModuleType
 from typing import Any, ClassVar, Literal
 
 from nnix.errors import NoMoreTrialsError, SearchSpaceError, TunerError
+from nnix.model.trials import Direction
 from nnix.space import Param, Params, SearchSpace
-from nnix.tuners.base import Direction, TunerArgs, TunerContext
+from nnix.tuners.base import TunerArgs, TunerContext
 from nnix.tuners.bo import exhausted, propose_random
 from nnix.tuners.dedup import Deduplicator
 from nnix.tuners.transform import Column, SpaceTransform, unsupported

@@ -72,10 +72,11 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
-from nnix.core.status import TrialStatus
 from nnix.errors import NoMoreTrialsError
+from nnix.model.status import TrialStatus
+from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace, sample
-from nnix.tuners.base import Direction, TrialRecord, TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
 from nnix.tuners.transform import Column, Group, SpaceTransform
 

@@ -31,9 +31,9 @@ from nnix.cli.control import rest_call, stop_experiment
 from nnix.compat.nni_experiment.config import ExperimentConfig, NniConfigError
 from nnix.config import ExperimentConfig as NativeConfig
 from nnix.config import restore_secrets
-from nnix.core.status import ExperimentStatus
 from nnix.errors import FieldIssue, ManagerUnreachableError, NnixError
 from nnix.home import STORE_NAME, Registry, manager_alive, manager_error_text, read_manager_error, read_state
+from nnix.model.status import ExperimentStatus
 
 __all__ = [
     "Experiment",
