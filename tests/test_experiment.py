@@ -33,7 +33,8 @@ def test_experiment_run_blocks_until_done(tmp_path: Path) -> None:
     assert sorted(t.final_value or 0 for t in st.trials.values()) == [1, 4, 9]
 
 
-def test_experiment_start_and_stop_a_daemon(tmp_path: Path) -> None:
+def _sleeping_trial_config(tmp_path: Path) -> Path:
+    """One trial at a time, each sleeping a minute (stopped before it ends)."""
     (tmp_path / "trial.py").write_text("import nni, time\nnni.get_next_parameter()\ntime.sleep(60)\n")
     cfg = tmp_path / "config.yml"
     cfg.write_text(json.dumps({
@@ -41,6 +42,11 @@ def test_experiment_start_and_stop_a_daemon(tmp_path: Path) -> None:
         "trialCommand": f"{sys.executable} trial.py", "trialConcurrency": 1,
         "tuner": {"name": "Random"}, "trainingService": {"platform": "local"},
     }))
+    return cfg
+
+
+def test_experiment_start_and_stop_a_daemon(tmp_path: Path) -> None:
+    cfg = _sleeping_trial_config(tmp_path)
     exp = Experiment(cfg)
     exp_id = exp.start(port=0)
     exp_dir = Path(Registry().get(exp_id).dir)
@@ -114,13 +120,7 @@ def test_a_failed_experiment_run_leaves_nothing_behind(tmp_path: Path) -> None:
 def test_run_without_waiting_starts_a_daemon_and_debug_logs_at_debug(tmp_path: Path) -> None:
     from nnix.testing import wait_until
 
-    (tmp_path / "trial.py").write_text("import nni, time\nnni.get_next_parameter()\ntime.sleep(60)\n")
-    cfg = tmp_path / "config.yml"
-    cfg.write_text(json.dumps({
-        "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}},
-        "trialCommand": f"{sys.executable} trial.py", "trialConcurrency": 1,
-        "tuner": {"name": "Random"}, "trainingService": {"platform": "local"},
-    }))
+    cfg = _sleeping_trial_config(tmp_path)
     exp = Experiment(cfg)
     assert exp.run(port=0, wait_completion=False, debug=True) is None  # returns while the trial sleeps
     assert exp.id is not None

@@ -22,6 +22,7 @@ from nnix.space import (
     sample,
     validate,
 )
+from nnix.testing.spaces import EVERY_TYPE
 
 NESTED: dict[str, Any] = {
     "layer0": {
@@ -53,19 +54,7 @@ def paths(raw: Any) -> dict[str, str]:
 
 
 def test_every_type_validates() -> None:
-    raw = {
-        "a": {"_type": "choice", "_value": [1, "two", 3.5]},
-        "b": {"_type": "randint", "_value": [1, 10]},
-        "c": {"_type": "uniform", "_value": [0, 1]},
-        "d": {"_type": "quniform", "_value": [0, 10, 2.5]},
-        "e": {"_type": "loguniform", "_value": [1e-5, 1]},
-        "f": {"_type": "qloguniform", "_value": [1, 100, 1]},
-        "g": {"_type": "normal", "_value": [0, 1]},
-        "h": {"_type": "qnormal", "_value": [0, 1, 0.5]},
-        "i": {"_type": "lognormal", "_value": [0, 1]},
-        "j": {"_type": "qlognormal", "_value": [0, 1, 0.5]},
-        **NESTED,
-    }
+    raw = {**EVERY_TYPE, **NESTED}
     assert validate(raw) == []
     assert validate({}) == []
     space = SearchSpace.from_json(raw)

@@ -25,25 +25,15 @@ from nnix.core.state import ExperimentState
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import Registry, read_state
 from nnix.testing import wait_until
+from nnix.testing.browser import ARGS as BROWSER_ARGS
+from nnix.testing.browser import CHROMIUM, missing
 
-CHROMIUM = "/usr/bin/chromium"
 EVIL = "evil.test"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic", f"--host-resolver-rules=MAP {EVIL} 127.0.0.1"]
+ARGS = [*BROWSER_ARGS, f"--host-resolver-rules=MAP {EVIL} 127.0.0.1"]
 NNIX = [sys.executable, "-m", "nnix.cli.main"]
 
 
-def _missing() -> str | None:
-    if not Path(CHROMIUM).exists():
-        return f"{CHROMIUM} is absent: apt-get install -y --no-install-recommends chromium"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is absent: pip install playwright (never `playwright install`)"
-    return None
-
-
-MISSING = _missing()
+MISSING = missing()
 if MISSING:
     warnings.warn(f"WEB SECURITY TESTS SKIPPED — {MISSING}", stacklevel=1)
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"!!! WEB SECURITY TESTS SKIPPED: {MISSING} !!!")

@@ -18,26 +18,14 @@ import pytest
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, read_state
 from nnix.testing import wait_until
+from nnix.testing.browser import ARGS, CHROMIUM, missing
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
 NNIX = [sys.executable, "-m", "nnix.cli.main"]
 
 
-def _missing() -> str | None:
-    if not Path(CHROMIUM).exists():
-        return f"{CHROMIUM} is absent: apt-get install -y --no-install-recommends chromium"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is absent: pip install playwright (never `playwright install`)"
-    return None
-
-
-MISSING = _missing()
+MISSING = missing()
 if MISSING:
     warnings.warn(f"WEB UI TESTS SKIPPED — {MISSING}", stacklevel=1)
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"!!! WEB UI TESTS SKIPPED: {MISSING} !!!")
