@@ -22,6 +22,7 @@ its targets.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -102,11 +103,18 @@ def _snapshot_store(store: Path, into: Path) -> None:
         src.close()
         src = sqlite3.connect(str(store), timeout=30.0)
     dst = sqlite3.connect(str(into))
-    try:
+    with _copying(src, dst, f"cannot read the experiment store {store}"):
         src.backup(dst)
         dst.execute("PRAGMA journal_mode=DELETE")
+
+
+@contextlib.contextmanager
+def _copying(src: sqlite3.Connection, dst: sqlite3.Connection, what: str) -> Iterator[None]:
+    """A copy from one store to another: both closed at the end; an SQLite error becomes ``what: error``."""
+    try:
+        yield
     except sqlite3.Error as e:
-        raise ArchiveError(f"cannot read the experiment store {store}: {e}") from e
+        raise ArchiveError(f"{what}: {e}") from e
     finally:
         src.close()
         dst.close()
@@ -269,7 +277,7 @@ def _copy_store(src: Path, dst: Path, rewrite_config: Callable[[dict[str, Any]],
     os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     out = sqlite3.connect(str(dst), isolation_level=None)
     changed = 0
-    try:
+    with _copying(ro, out, "cannot copy the archive's store"):
         try:
             rows = ro.execute("SELECT seq, ts, kind, trial_id, body FROM events ORDER BY seq")
         except sqlite3.Error as e:
@@ -292,11 +300,6 @@ def _copy_store(src: Path, dst: Path, rewrite_config: Callable[[dict[str, Any]],
             out.execute("INSERT INTO events(seq, ts, kind, trial_id, body) VALUES (?, ?, ?, ?, ?)",
                         (seq, ts, kind, trial_id, new_body))
         out.execute("COMMIT")
-    except sqlite3.Error as e:
-        raise ArchiveError(f"cannot copy the archive's store: {e}") from e
-    finally:
-        ro.close()
-        out.close()
     return changed
 
 

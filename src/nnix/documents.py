@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
@@ -83,6 +83,8 @@ def read_text(path: Path, what: str = "file") -> str:
 
 # --------------------------------------------------------------------------------------------------
 # YAML
+
+_Collection = TypeVar("_Collection", SequenceNode, MappingNode)
 
 
 def _line(mark: Any) -> int | None:
@@ -181,14 +183,19 @@ class _GuardedComposer:
             self._sizes[id(node)] = self._values - before
         return node
 
-    def _compose_sequence(self, anchor: str | None) -> SequenceNode:
+    def _open(self, kind: type[_Collection], anchor: str | None) -> _Collection:
+        """The node a sequence or mapping start event opens (its tag resolved, its anchor recorded)."""
         start = self.get_event()
         tag = start.tag
         if tag is None or tag == "!":
-            tag = self.resolve(SequenceNode, None, start.implicit)
-        node = SequenceNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
+            tag = self.resolve(kind, None, start.implicit)
+        node = kind(tag, [], start.start_mark, None, flow_style=start.flow_style)
         if anchor is not None:
             self.anchors[anchor] = node
+        return node
+
+    def _compose_sequence(self, anchor: str | None) -> SequenceNode:
+        node = self._open(SequenceNode, anchor)
         index = 0
         while not self.check_event(SequenceEndEvent):
             self._path.append(index)
@@ -199,13 +206,7 @@ class _GuardedComposer:
         return node
 
     def _compose_mapping(self, anchor: str | None) -> MappingNode:
-        start = self.get_event()
-        tag = start.tag
-        if tag is None or tag == "!":
-            tag = self.resolve(MappingNode, None, start.implicit)
-        node = MappingNode(tag, [], start.start_mark, None, flow_style=start.flow_style)
-        if anchor is not None:
-            self.anchors[anchor] = node
+        node = self._open(MappingNode, anchor)
         seen: dict[tuple[str, str], int | None] = {}
         while not self.check_event(MappingEndEvent):
             key = self.compose_node(node, None)

@@ -16,6 +16,7 @@ import ipaddress
 import json
 import os
 import secrets
+from collections.abc import Awaitable, Callable
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
@@ -112,17 +113,44 @@ def _public(path: str) -> bool:
     return not path.startswith(("/api/", "/logs/"))
 
 
-class TokenMiddleware:
-    """ASGI middleware: 401 for API calls without the token; sets the cookie from ``?token=``."""
+Headers = list[tuple[bytes, bytes]]
 
-    def __init__(self, app: Any, token: str) -> None:
+
+class HttpMiddleware:
+    """An ASGI middleware over ``app`` that handles HTTP requests (:meth:`http`); other scopes pass through."""
+
+    def __init__(self, app: Any) -> None:
         self.app = app
-        self.token = token
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Scope, receive: Any, send: Any) -> None:
+        raise NotImplementedError
+
+
+def response_headers(send: Any, change: Callable[[Headers], Headers]) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    """``send`` with the response's headers passed through ``change`` (on ``http.response.start``)."""
+
+    async def changed(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": change(list(message.get("headers", [])))}
+        await send(message)
+
+    return changed
+
+
+class TokenMiddleware(HttpMiddleware):
+    """ASGI middleware: 401 for API calls without the token; sets the cookie from ``?token=``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        super().__init__(app)
+        self.token = token
+
+    async def http(self, scope: Scope, receive: Any, send: Any) -> None:
         ok = token_ok(scope, self.token)
         path = scope.get("path", "")
         if not ok and not _public(path):
@@ -136,12 +164,6 @@ class TokenMiddleware:
             return
         if ok and _public(path) and _matches(_query_token(scope), self.token):
             cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict".encode()
-
-            async def send_with_cookie(message: dict[str, Any]) -> None:
-                if message["type"] == "http.response.start":
-                    message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
-                await send(message)
-
-            await self.app(scope, receive, send_with_cookie)
+            await self.app(scope, receive, response_headers(send, lambda headers: [*headers, (b"set-cookie", cookie)]))
             return
         await self.app(scope, receive, send)

@@ -34,7 +34,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from nnix.api.auth import is_loopback
+from nnix.api.auth import HttpMiddleware, is_loopback, response_headers
 
 Scope = dict[str, Any]
 
@@ -175,18 +175,15 @@ def csrf_problem(scope: Scope, secret: str) -> tuple[int, str] | None:
     return None
 
 
-class SecurityMiddleware:
+class SecurityMiddleware(HttpMiddleware):
     """ASGI layer: Host check, CSRF check, security headers (see the module's docstring)."""
 
     def __init__(self, app: Any, *, secret: str, hosts: HostPolicy) -> None:
-        self.app = app
+        super().__init__(app)
         self.secret = secret
         self.hosts = hosts
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Any, send: Any) -> None:
         host = _header(scope, b"host")
         if not self.hosts.allows(host):
             hint = ("this manager is bound to a loopback address and answers only localhost, 127.0.0.1 and [::1]"
@@ -199,13 +196,7 @@ class SecurityMiddleware:
             if problem is not None:
                 await _refuse(send, problem[0], problem[1], "csrf" if problem[0] == 403 else "content-type")
                 return
-
-        async def with_headers(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": add_headers(list(message.get("headers", [])))}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
+        await self.app(scope, receive, response_headers(send, add_headers))
 
 
 def add_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

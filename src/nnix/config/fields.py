@@ -151,23 +151,23 @@ def parse_gpu_indices(value: Any) -> list[int]:
     return items
 
 
-def _duration(value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as e:
-        raise PydanticCustomError("duration", str(e), {"hint": DURATION_HINT}) from None
+def _parsed(parse: Callable[[Any], Any], kind: str, hint: str) -> Callable[[Any], Any]:
+    """A before-validator: ``parse``'s value (None passes); its ValueError as a ``kind`` error whose hint is the
+    :class:`BadValue`'s own, else ``hint``."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as e:
+            raise PydanticCustomError(kind, str(e), {"hint": e.hint if isinstance(e, BadValue) else hint}) from None
+
+    return check
 
 
-def _gpu_indices(value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        return parse_gpu_indices(value)
-    except ValueError as e:
-        hint = e.hint if isinstance(e, BadValue) else GPU_INDICES_HINT
-        raise PydanticCustomError("gpu_indices", str(e), {"hint": hint}) from None
+_duration = _parsed(parse_duration, "duration", DURATION_HINT)
+_gpu_indices = _parsed(parse_gpu_indices, "gpu_indices", GPU_INDICES_HINT)
 
 
 def _lower(value: Any) -> Any:

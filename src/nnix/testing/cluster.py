@@ -16,6 +16,7 @@ from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
+from nnix.services.rayhead import descendants
 
 __all__ = ["ProcessClusterService", "ProcessLauncher"]
 
@@ -87,7 +88,7 @@ class ProcessLauncher:
         if proc is not None and proc.poll() is None:
             # like an engine ending a job: the agent and everything it started (trials run in sessions
             # of their own, so a process group kill alone would spare them)
-            for pid in [*_descendants(proc.pid), proc.pid]:
+            for pid in [*descendants(proc.pid), proc.pid]:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -116,26 +117,6 @@ class ProcessLauncher:
 
     async def close(self) -> None:
         self.closed = True
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 class ProcessClusterService(ClusterService):

@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from nnix.testing.labs import free_port
 
 __all__ = ["CRDS", "FakeOperators", "KubeLab", "kube_available"]
 
@@ -52,12 +53,6 @@ def kube_available() -> str | None:
     except ImportError:
         return "the kubernetes client is missing (pip install 'nnix[kubernetes]')"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _replica_schema() -> dict[str, Any]:
@@ -174,7 +169,7 @@ class KubeLab:
             raise RuntimeError(why)
         r = self.root
         (r / "pki").mkdir(parents=True, exist_ok=True)
-        etcd_client, etcd_peer = _free_port(), _free_port()
+        etcd_client, etcd_peer = free_port(), free_port()
         self._spawn("etcd", ["etcd", "--name", "nnix", "--data-dir", str(r / "etcd"),
                              "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
                              "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
@@ -188,7 +183,7 @@ class KubeLab:
         (pki / "tokens.csv").write_text(f"{TOKEN},admin,1,system:masters\n")
         self._wait("etcd", lambda: b"true" in urllib.request.urlopen(
             f"http://127.0.0.1:{etcd_client}/health", timeout=1).read())
-        self.port = _free_port()
+        self.port = free_port()
         self._spawn("apiserver", [
             str(BIN / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_client}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
@@ -221,10 +216,10 @@ class KubeLab:
                   f"--authorization-kubeconfig={self.kubeconfig}", "--bind-address=127.0.0.1", "--port=0",
                   "--leader-elect=false"]
         self._spawn("controller-manager", [
-            str(BIN / "kube-controller-manager"), *common, f"--secure-port={_free_port()}",
+            str(BIN / "kube-controller-manager"), *common, f"--secure-port={free_port()}",
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'apiserver.crt'}",
             "--controllers=*,-nodeipam,-cloud-node-lifecycle", "--feature-gates=TTLAfterFinished=true"])
-        self._spawn("scheduler", [str(BIN / "kube-scheduler"), *common, f"--secure-port={_free_port()}"])
+        self._spawn("scheduler", [str(BIN / "kube-scheduler"), *common, f"--secure-port={free_port()}"])
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), NODE_NAME="nnix-node-1",
                    POD_LOG_DIR=str(r / "podlogs"), PYTHONWARNINGS="ignore")
         self._spawn("kubelet", [sys.executable, "-u", "-m", "nnix.testing.kubelet"], env)

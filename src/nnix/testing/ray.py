@@ -20,14 +20,12 @@ recorded before signalling them); nothing is found or killed by name. :func:`una
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +33,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from nnix.services.rayhead import descendants, proc_start
+from nnix.testing.labs import claim_bridge_slot, free_port
 
 __all__ = ["PrivateHeads", "RayLab", "RayNetnsLab", "netns_unavailable", "unavailable"]
 
@@ -46,6 +47,15 @@ _ENV = {"RAY_USAGE_STATS_ENABLED": "0"}
 def _ray_cli() -> str | None:
     beside = Path(sys.executable).with_name("ray")
     return str(beside) if beside.exists() else shutil.which("ray")
+
+
+def _cli_or_raise(reason: str | None) -> str:
+    """The ``ray`` command; RuntimeError(``reason``) when a lab cannot start here."""
+    if reason:
+        raise RuntimeError(reason)
+    cli = _ray_cli()
+    assert cli is not None
+    return cli
 
 
 def unavailable() -> str | None:
@@ -80,42 +90,6 @@ def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(cmd), capture_output=True, text=True, check=check, timeout=60)
 
 
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[:1] == [b"Z"]:
-        return None
-    return fields[19].decode() if len(fields) > 19 else None
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below ``root`` (by parent pid), deepest last."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                stat = Path(f"/proc/{name}/stat").read_bytes()
-                children.setdefault(int(stat[stat.rfind(b")") + 2 :].split()[1]), []).append(int(name))
-            except (OSError, ValueError, IndexError):
-                continue
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 @dataclass
 class _Node:
     name: str
@@ -126,7 +100,7 @@ class _Node:
         """SIGTERM to ``ray start --block`` (it takes its node down), then SIGKILL to whatever it left."""
         if self.proc.poll() is not None:
             return
-        tree = [(p, _start_time(p)) for p in descendants(self.proc.pid)]
+        tree = [(p, proc_start(p)) for p in descendants(self.proc.pid)]
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout)
@@ -134,10 +108,10 @@ class _Node:
             self.proc.kill()
             self.proc.wait(10)
         deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and any(_start_time(p) == s and s is not None for p, s in tree):
+        while time.monotonic() < deadline and any(proc_start(p) == s and s is not None for p, s in tree):
             time.sleep(0.1)
         for pid, start in tree:
-            if start is not None and _start_time(pid) == start:
+            if start is not None and proc_start(pid) == start:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
 
@@ -184,13 +158,9 @@ class RayLab:
         return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token}
 
     def up(self, timeout: float = 180.0) -> RayLab:
-        reason = unavailable()
-        if reason:
-            raise RuntimeError(reason)
-        cli = _ray_cli()
-        assert cli is not None
+        cli = _cli_or_raise(unavailable())
         self.dir = Path(tempfile.mkdtemp(prefix="nnix-ray-", dir="/tmp"))  # short: Ray's socket paths
-        self.port = _free_port()
+        self.port = free_port()
         cmd = [cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={self.port}",
                f"--num-cpus={self.num_cpus}", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
                "--object-store-memory=100000000",
@@ -297,15 +267,11 @@ class RayNetnsLab:
         return [f"nnixr{self.slot}n{i}" for i in range(1, self.n_nodes + 1)]
 
     def up(self, timeout: float = 180.0) -> RayNetnsLab:
-        reason = netns_unavailable()
-        if reason:
-            raise RuntimeError(reason)
-        cli = _ray_cli()
-        assert cli is not None
+        cli = _cli_or_raise(netns_unavailable())
         self._claim_slot()
         try:
             self._network()
-            self.port = _free_port(self.head_ip)
+            self.port = free_port(self.head_ip)
             assert self.dir is not None
             common = ["--object-store-memory=100000000", "--disable-usage-stats", "--num-gpus=0", "--block"]
             self.head = _start_node("head", [
@@ -346,20 +312,7 @@ class RayNetnsLab:
             self.dir = None
 
     def _claim_slot(self) -> None:
-        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            taken = _run("ip", "-o", "link", "show", "type", "bridge", check=False).stdout
-            for k in range(1, 201):
-                if f"nnixrb{k}:" not in taken and f"nnixrb{k}@" not in taken:
-                    self.slot = k
-                    break
-            else:
-                raise RuntimeError("no free Ray lab slot (200 labs running?)")
-            _run("ip", "link", "add", self.bridge, "type", "bridge")
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        self.slot = claim_bridge_slot(LOCK, "nnixrb", "Ray")
         self.dir = Path(tempfile.mkdtemp(prefix=f"nnix-rayns{self.slot}-", dir="/tmp"))
 
     def _network(self) -> None:

@@ -31,13 +31,15 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nnix.services.rayhead import proc_start
+from nnix.testing.labs import free_port
 
 __all__ = ["SlurmLab", "accounting_unavailable", "ensure_installed", "unavailable"]
 
@@ -109,23 +111,6 @@ def ensure_installed(accounting: bool = True) -> None:
             policy.unlink(missing_ok=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[:1] in ([b"Z"], [b"X"]):
-        return None
-    return fields[19].decode() if len(fields) > 19 else None
-
-
 def _parent(pid: int) -> int | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
@@ -145,7 +130,7 @@ def _pids_with_env(name: str, value: str) -> list[int]:
             env = Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue
-        if needle in env.split(b"\0") and _start_time(int(entry)) is not None:
+        if needle in env.split(b"\0") and proc_start(int(entry)) is not None:
             out.append(int(entry))
     return out
 
@@ -158,7 +143,7 @@ def _kill_recorded(pids_file: Path) -> None:
         return
     for line in lines:
         parts = line.split()
-        if len(parts) == 2 and parts[0].isdigit() and _start_time(int(parts[0])) == parts[1]:
+        if len(parts) == 2 and parts[0].isdigit() and proc_start(int(parts[0])) == parts[1]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(parts[0]), signal.SIGKILL)
 
@@ -168,7 +153,7 @@ def _reap_stale_labs(base: Path) -> None:
     for d in base.glob(f"{PREFIX}*"):
         try:
             owner, start = (d / "owner").read_text().split()
-            if _start_time(int(owner)) == start:
+            if proc_start(int(owner)) == start:
                 continue  # alive: not ours to touch
         except (OSError, ValueError):
             if time.time() - d.stat().st_mtime < 60:
@@ -238,7 +223,7 @@ class SlurmLab:
             fcntl.flock(fd, fcntl.LOCK_EX)
             _reap_stale_labs(self.base)
             self.dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=self.base))
-            (self.dir / "owner").write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+            (self.dir / "owner").write_text(f"{os.getpid()} {proc_start(os.getpid())}\n")
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -247,7 +232,7 @@ class SlurmLab:
             for sub in ("etc", "state", "spool", "log"):
                 (self.dir / sub).mkdir(mode=0o755)
             self.cluster = f"nnix{secrets.token_hex(3)}"
-            self.ports = {"slurmctld": _free_port(), "slurmd": _free_port()}
+            self.ports = {"slurmctld": free_port(), "slurmd": free_port()}
             self._start_munge()
             if self.accounting:
                 self._start_accounting()
@@ -316,7 +301,7 @@ class SlurmLab:
     # --- internals -----------------------------------------------------------------------------
     def _record(self, proc: subprocess.Popen[bytes]) -> None:
         with open(self.dir / "pids", "a", encoding="utf-8") as f:
-            f.write(f"{proc.pid} {_start_time(proc.pid)}\n")
+            f.write(f"{proc.pid} {proc_start(proc.pid)}\n")
 
     def _start(self, name: str, argv: list[str], user: str | None = None) -> None:
         log = open(self.log_dir / f"{name}.out", "ab")
@@ -373,8 +358,8 @@ class SlurmLab:
         db = self.dir / "db"
         db.mkdir(mode=0o750)
         shutil.chown(db, "mysql", "mysql")
-        self.ports["mariadb"] = _free_port()
-        self.ports["slurmdbd"] = _free_port()
+        self.ports["mariadb"] = free_port()
+        self.ports["slurmdbd"] = free_port()
         r = subprocess.run(["mariadb-install-db", "--no-defaults", "--user=mysql", f"--datadir={db / 'data'}",
                             "--auth-root-authentication-method=socket", "--skip-test-db"],
                            capture_output=True, text=True, timeout=120)

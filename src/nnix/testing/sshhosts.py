@@ -19,15 +19,15 @@ says in words why a lab cannot run here.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nnix.testing.labs import claim_bridge_slot, free_port
 
 __all__ = ["SshHost", "SshLab", "unavailable"]
 
@@ -242,21 +242,7 @@ class SshLab:
 
     def _claim_slot(self) -> None:
         # one lock file, held only while choosing: a bridge name marks a slot as taken
-        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            _reap_stale_labs(self.base)
-            taken = _run("ip", "-o", "link", "show", "type", "bridge", check=False).stdout
-            for k in range(1, 201):
-                if f"nnixbr{k}:" not in taken and f"nnixbr{k}@" not in taken:
-                    self.slot = k
-                    break
-            else:
-                raise RuntimeError("no free SSH lab slot (200 labs running?)")
-            _run("ip", "link", "add", f"nnixbr{self.slot}", "type", "bridge")
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        self.slot = claim_bridge_slot(LOCK, "nnixbr", "SSH", before=lambda: _reap_stale_labs(self.base))
         self.user = f"nnixlab{self.slot}"
         self.dir = self.base / f"nnix-sshlab-{self.slot}"
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -289,9 +275,7 @@ class SshLab:
         return cfg
 
     def _start_loopback(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         d = self.dir / "loopback"
         d.mkdir()
         cfg = self._sshd_config(d, "127.0.0.1", port, self.dir / "host_ed25519")

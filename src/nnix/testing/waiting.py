@@ -28,6 +28,23 @@ def _failure(what: str | None, cond: Callable[[], object], timeout: float,
     return AssertionError(f"timed out after {timeout:g} s waiting for {what}{detail}")
 
 
+def _poller(cond: Callable[[], T], timeout: float, what: str | None,
+            show: Callable[[], object] | None) -> Callable[[], T | None]:
+    """One look at ``cond`` per call: its value when truthy, None to look again later, and the AssertionError
+    once ``timeout`` seconds have passed (``cond`` is always checked at the deadline)."""
+    deadline = time.monotonic() + timeout
+
+    def check() -> T | None:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise _failure(what, cond, timeout, show)
+        return None
+
+    return check
+
+
 def wait_until(
     cond: Callable[[], T],
     timeout: float = 30.0,
@@ -41,14 +58,10 @@ def wait_until(
     Raises AssertionError naming ``what`` (by default the name of ``cond``), with ``show()``'s description of
     the state if given, once ``timeout`` seconds have passed; ``cond`` is always checked at the deadline.
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise _failure(what, cond, timeout, show)
+    check = _poller(cond, timeout, what, show)
+    while (value := check()) is None:
         time.sleep(interval)
+    return value
 
 
 async def wait_until_async(
@@ -60,14 +73,10 @@ async def wait_until_async(
     show: Callable[[], object] | None = None,
 ) -> T:
     """:func:`wait_until` inside an event loop: sleeps with ``asyncio.sleep`` so the loop keeps running."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise _failure(what, cond, timeout, show)
+    check = _poller(cond, timeout, what, show)
+    while (value := check()) is None:
         await asyncio.sleep(interval)
+    return value
 
 
 __all__ = ["wait_until", "wait_until_async"]

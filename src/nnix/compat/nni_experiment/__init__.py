@@ -8,78 +8,11 @@ name: ``from nnix.compat.nni_experiment import Experiment``.
 
 from __future__ import annotations
 
-from nnix.compat.nni_experiment.config import (
-    AlgorithmConfig,
-    AmlConfig,
-    AzureBlobConfig,
-    ConfigBase,
-    CustomAlgorithmConfig,
-    DlcConfig,
-    ExperimentConfig,
-    FrameworkAttemptCompletionPolicy,
-    FrameworkControllerConfig,
-    FrameworkControllerRoleConfig,
-    K8sAzureStorageConfig,
-    K8sNfsConfig,
-    K8sStorageConfig,
-    KubeflowConfig,
-    KubeflowRoleConfig,
-    KubernetesConfig,
-    LocalConfig,
-    NfsConfig,
-    NniConfigError,
-    NotSupportedByNnixError,
-    OpenpaiConfig,
-    RayConfig,
-    RemoteConfig,
-    RemoteMachineConfig,
-    SharedStorageConfig,
-    SlurmConfig,
-    TrainingServiceConfig,
-    UnknownFieldError,
-)
-from nnix.compat.nni_experiment.experiment import (
-    Experiment,
-    RunMode,
-    TrialHyperParameters,
-    TrialJob,
-    TrialMetricData,
-    TrialResult,
-)
+from nnix.compat.nni_experiment import config, experiment
+from nnix.compat.nni_experiment.config import *  # noqa: F403
+from nnix.compat.nni_experiment.experiment import *  # noqa: F403
 
-__all__ = [
-    "AlgorithmConfig",
-    "AmlConfig",
-    "AzureBlobConfig",
-    "ConfigBase",
-    "CustomAlgorithmConfig",
-    "DlcConfig",
-    "Experiment",
-    "ExperimentConfig",
-    "FrameworkAttemptCompletionPolicy",
-    "FrameworkControllerConfig",
-    "FrameworkControllerRoleConfig",
-    "K8sAzureStorageConfig",
-    "K8sNfsConfig",
-    "K8sStorageConfig",
-    "KubeflowConfig",
-    "KubeflowRoleConfig",
-    "KubernetesConfig",
-    "LocalConfig",
-    "NfsConfig",
-    "NniConfigError",
-    "NotSupportedByNnixError",
-    "OpenpaiConfig",
-    "RayConfig",
-    "RemoteConfig",
-    "RemoteMachineConfig",
-    "RunMode",
-    "SharedStorageConfig",
-    "SlurmConfig",
-    "TrainingServiceConfig",
-    "TrialHyperParameters",
-    "TrialJob",
-    "TrialMetricData",
-    "TrialResult",
-    "UnknownFieldError",
-]
+# what the two modules export, each listed once there
+__all__: list[str] = []
+__all__ += experiment.__all__
+__all__ += config.__all__

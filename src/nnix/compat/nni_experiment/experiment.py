@@ -235,13 +235,22 @@ class Experiment:
         ``stop()`` or the end of this process. ``wait_completion=False``: ``start()`` only (None)."""
         try:
             self.start(port, debug)
-            if not wait_completion:
-                return None
+        except KeyboardInterrupt:
+            self._interrupted()
+            return None
+        return self._until_done() if wait_completion else None
+
+    def _until_done(self) -> bool | None:
+        """:meth:`_wait_completion`; Ctrl-C stops the experiment (None)."""
+        try:
             return self._wait_completion()
         except KeyboardInterrupt:
-            _logger.warning("KeyboardInterrupt detected")
-            self.stop()
+            self._interrupted()
             return None
+
+    def _interrupted(self) -> None:
+        _logger.warning("KeyboardInterrupt detected")
+        self.stop()
 
     def stop(self) -> None:
         """Stop the experiment's manager: its running trials are canceled; everything is kept
@@ -296,11 +305,7 @@ class Experiment:
         exp._start_recorded("resume", port)
         if not wait_completion:
             return exp
-        try:
-            exp._wait_completion()
-        except KeyboardInterrupt:
-            _logger.warning("KeyboardInterrupt detected")
-            exp.stop()
+        exp._until_done()
         return None
 
     def _resume_self(self, port: int = 8080, debug: bool = False) -> None:
@@ -338,14 +343,7 @@ class Experiment:
         if not self.has_checkpoint():
             return self.run(port, wait_completion, debug)
         self._start_recorded("resume", port)
-        if not wait_completion:
-            return None
-        try:
-            return self._wait_completion()
-        except KeyboardInterrupt:
-            _logger.warning("KeyboardInterrupt detected")
-            self.stop()
-            return None
+        return self._until_done() if wait_completion else None
 
     def has_checkpoint(self) -> bool:
         """Whether an experiment with this id is recorded (it can be resumed or viewed)."""

@@ -25,22 +25,7 @@ if TYPE_CHECKING:
 
 __version__ = "3.0"  # the NNI API level this shim emulates
 
-__all__ = [
-    "NoMoreTrialError",
-    "dump",
-    "get_current_parameter",
-    "get_experiment_id",
-    "get_next_parameter",
-    "get_next_parameters",
-    "get_sequence_id",
-    "get_trial_id",
-    "load",
-    "report_final_result",
-    "report_intermediate_result",
-    "trace",
-    "trial",
-    "utils",
-]
+__all__ = ["dump", "load", "trace", "trial", "utils"]  # and the SDK functions of ``nni.trial`` (below)
 
 
 def _load_from_file(name: str, path: str, package: bool) -> ModuleType:
@@ -95,15 +80,11 @@ if TYPE_CHECKING:
 else:
     _sdk, _utils = _resolve()
 
-get_next_parameter = _sdk.get_next_parameter
-get_next_parameters = _sdk.get_next_parameters
-get_current_parameter = _sdk.get_current_parameter
-report_intermediate_result = _sdk.report_intermediate_result
-report_final_result = _sdk.report_final_result
-get_experiment_id = _sdk.get_experiment_id
-get_trial_id = _sdk.get_trial_id
-get_sequence_id = _sdk.get_sequence_id
-NoMoreTrialError = _sdk.NoMoreTrialError
+# NNI's ``import nni`` makes ``nni.trial`` and ``nni.utils`` available too; the SDK functions are ``nni.trial``'s.
+from . import trial, utils  # noqa: E402
+from .trial import *  # noqa: E402, F403
+
+__all__ += trial.__all__
 
 
 def trace(cls_or_func: Any = None, *, kw_only: bool = True, inheritable: bool = False) -> Any:
@@ -166,7 +147,3 @@ def __getattr__(name: str) -> Any:
 
         return import_module(f"{__name__}.experiment")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# NNI's ``import nni`` makes ``nni.trial`` and ``nni.utils`` available too.
-from . import trial, utils  # noqa: E402
