@@ -74,7 +74,7 @@ from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import GpuUnavailableError, ServiceError
 from nnix.services.agent_server import AgentServer
-from nnix.services.base import ServiceContext
+from nnix.services.base import Configured, Emit, ServiceContext
 from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.gpu import GpuInfo, GpuScheduler
 from nnix.services.mirror import OutputMirror
@@ -189,7 +189,7 @@ def _q(s: str) -> str:
     return shlex.quote(s)
 
 
-class RemoteService(Fleet[_Env, _Trial]):
+class RemoteService(Configured, Fleet[_Env, _Trial]):
     platform = "remote"
 
     def __init__(
@@ -242,28 +242,14 @@ class RemoteService(Fleet[_Env, _Trial]):
         self._settle_timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    def from_config(
-        cls,
-        config: ExperimentConfig,
-        emit: Callable[[RunnerEvent], None],
-        context: ServiceContext | None = None,
-        **options: Any,
-    ) -> RemoteService:
+    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
+                             options: dict[str, Any]) -> dict[str, Any]:
         ts = cast("RemoteConfig", config.training_service)
-        return cls(
-            emit,
-            machines=list(ts.machine_list),
-            context=context,
-            code_dir=config.trial_code_directory,
-            reuse=ts.reuse_mode,
-            trial_gpu_number=config.trial_gpu_number,
-            trust_unknown_hosts=ts.trust_unknown_hosts,
-            known_hosts_file=ts.known_hosts_file,
-            remote_work_dir=ts.remote_work_dir,
-            lost_host_policy=ts.lost_host_policy,
-            lost_host_timeout=float(ts.lost_host_timeout),
-            **options,
-        )
+        return {"machines": list(ts.machine_list), "context": context, "code_dir": config.trial_code_directory,
+                "reuse": ts.reuse_mode, "trial_gpu_number": config.trial_gpu_number,
+                "trust_unknown_hosts": ts.trust_unknown_hosts, "known_hosts_file": ts.known_hosts_file,
+                "remote_work_dir": ts.remote_work_dir, "lost_host_policy": ts.lost_host_policy,
+                "lost_host_timeout": float(ts.lost_host_timeout), **options}
 
     # --- `nnix platform clean` --------------------------------------------------------------------
     # under remoteWorkDir nnix leaves venvs/ (agent venvs) and <experiment id>/<host>_<port>/{envs,trials,...}:
@@ -1049,12 +1035,7 @@ class RemoteService(Fleet[_Env, _Trial]):
         return None
 
     async def reattach(
-        self,
-        trial_id: str,
-        output_dir: Path,
-        pid: int | None,
-        pid_start: str | None,
-        after_index: int,
+        self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int,
         gpus: tuple[int, ...] | None,
     ) -> None:
         text = str(output_dir)
