@@ -64,6 +64,9 @@ class EnvRequest:
     ``ps`` shows those); where the engine stores job specs (Kubernetes), use the engine's secret store."""
     agent_options: tuple[str, ...] = ()
     """Extra agent arguments chosen by the service (timeouts, poll interval)."""
+    host: int | None = None
+    """The machine the service chose for it, for launchers of a fixed list of machines (SSH: an index of
+    ``machineList``); None: the engine places it (every other launcher ignores it)."""
 
     def agent_args(self) -> list[str]:
         """Arguments after ``python`` (``-m nnix.agent ...``); the token is not among them."""
