@@ -61,7 +61,8 @@ class Configured:
         **options: Any,
     ) -> _S:
         """The service for ``config``; ``options`` (tests, hybrid members) override what the config says."""
-        return cast(Any, cls)(emit, **cls._options_from_config(config, emit, context, dict(options)))  # type: ignore[no-any-return]
+        service: _S = cast(Any, cls)(emit, **cls._options_from_config(config, emit, context, dict(options)))
+        return service
 
     @classmethod
     def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,

@@ -285,7 +285,7 @@ class RemoteService(Configured, Fleet[_Env, _Trial]):
         deadline = self._clock() + timeout
         while self._clock() < deadline:
             if env.process is not None:
-                if env.process.exit_status is not None or env.process.exit_signal is not None or env.dead:
+                if env.dead or (await self.launcher.poll([env.env_id]))[env.env_id].state == "ended":
                     return
             elif env.shutdown_delivered():
                 return
