@@ -15,11 +15,15 @@ Invariants (every service):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from nnix.agent.runner import Started, TrialSpec
+from nnix.agent.runner import RunnerEvent, Started, TrialSpec
+
+if TYPE_CHECKING:
+    from nnix.config import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,35 @@ class ServiceContext:
 
     experiment_id: str
     experiment_dir: Path
+
+
+Emit = Callable[[RunnerEvent], None]
+"""How a service hands the manager what its trials did."""
+
+_S = TypeVar("_S", bound="Configured")
+
+
+class Configured:
+    """``from_config``, written once: a service class built from an experiment's config inherits it and says only
+    which keyword arguments of its ``__init__`` the config gives (``_options_from_config``)."""
+
+    @classmethod
+    def from_config(
+        cls: type[_S],
+        config: ExperimentConfig,
+        emit: Emit,
+        context: ServiceContext | None = None,
+        **options: Any,
+    ) -> _S:
+        """The service for ``config``; ``options`` (tests, hybrid members) override what the config says."""
+        service: _S = cast(Any, cls)(emit, **cls._options_from_config(config, emit, context, dict(options)))
+        return service
+
+    @classmethod
+    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
+                             options: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of ``cls(emit, **...)`` for ``config``, ``options`` included."""
+        raise NotImplementedError(f"{cls.__name__} does not say how it is configured")
 
 
 class TrainingService(Protocol):

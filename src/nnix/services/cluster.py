@@ -35,7 +35,7 @@ from nnix.agent.protocol import Heartbeat, Hello
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer
-from nnix.services.base import CapacityChanged, ServiceContext
+from nnix.services.base import CapacityChanged, Configured, Emit, ServiceContext
 from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.mirror import OutputMirror
 
@@ -64,6 +64,9 @@ class EnvRequest:
     ``ps`` shows those); where the engine stores job specs (Kubernetes), use the engine's secret store."""
     agent_options: tuple[str, ...] = ()
     """Extra agent arguments chosen by the service (timeouts, poll interval)."""
+    host: int | None = None
+    """The machine the service chose for it, for launchers of a fixed list of machines (SSH: an index of
+    ``machineList``); None: the engine places it (every other launcher ignores it)."""
 
     def agent_args(self) -> list[str]:
         """Arguments after ``python`` (``-m nnix.agent ...``); the token is not among them."""
@@ -216,7 +219,7 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class ClusterService(Fleet[_Env, _Trial]):
+class ClusterService(Configured, Fleet[_Env, _Trial]):
     """A training service whose environments an engine starts (see the module docstring).
 
     Subclasses set ``platform`` and implement ``make_launcher``; ``from_config`` does the rest.
@@ -229,6 +232,8 @@ class ClusterService(Fleet[_Env, _Trial]):
     """
 
     platform = "cluster"
+    engine_poll_interval = 2.0
+    """Seconds between two engine polls (a service may say otherwise: how cheap its engine's answer is)."""
 
     def __init__(
         self,
@@ -283,23 +288,14 @@ class ClusterService(Fleet[_Env, _Trial]):
         raise NotImplementedError(f"{cls.__name__} does not say how to start its environments")
 
     @classmethod
-    def from_config(
-        cls,
-        config: ExperimentConfig,
-        emit: Callable[[RunnerEvent], None],
-        context: ServiceContext | None = None,
-        **options: Any,
-    ) -> ClusterService:
+    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
+                             options: dict[str, Any]) -> dict[str, Any]:
         ts = config.training_service
         launcher = options.pop("launcher", None) or cls.make_launcher(config, context)
-        common: dict[str, Any] = {
-            "reuse": bool(getattr(ts, "reuse_mode", True)),
-            "idle_timeout": float(getattr(ts, "idle_timeout", 60)),
-            "advertise_host": config.nni_manager_ip,
-            "trial_gpu_number": config.trial_gpu_number,
-        }
-        common.update(options)
-        return cls(emit, launcher=launcher, context=context, **common)
+        return {"launcher": launcher, "context": context, "reuse": bool(getattr(ts, "reuse_mode", True)),
+                "idle_timeout": float(getattr(ts, "idle_timeout", 60)), "advertise_host": config.nni_manager_ip,
+                "trial_gpu_number": config.trial_gpu_number, "engine_poll_interval": cls.engine_poll_interval,
+                **options}
 
     # --- state file (resume) -------------------------------------------------------------------
     @property

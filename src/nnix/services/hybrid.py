@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError, ServiceUnavailableError
-from nnix.services.base import ServiceContext, TrainingService
+from nnix.services.base import Configured, Emit, ServiceContext, TrainingService
 
 if TYPE_CHECKING:
     from nnix.config import ExperimentConfig, HybridConfig
@@ -29,7 +29,7 @@ __all__ = ["HybridService"]
 log = logging.getLogger("nnix.services.hybrid")
 
 
-class HybridService:
+class HybridService(Configured):
     platform = "hybrid"
 
     def __init__(
@@ -50,13 +50,8 @@ class HybridService:
         self._reason = ""
 
     @classmethod
-    def from_config(
-        cls,
-        config: ExperimentConfig,
-        emit: Callable[[RunnerEvent], None],
-        context: ServiceContext | None = None,
-        **options: Any,
-    ) -> HybridService:
+    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
+                             options: dict[str, Any]) -> dict[str, Any]:
         from nnix.experiment import service_factory
 
         ts = cast("HybridConfig", config.training_service)
@@ -72,7 +67,7 @@ class HybridService:
             children.append(service_factory(sub, sub_context, **options)(emit))
             labels.append(f"trainingService[{i}] ({child.platform})")
         ledger = context.experiment_dir / "services" / "hybrid.tsv" if context is not None else None
-        return cls(emit, children, labels, ledger)
+        return {"children": children, "labels": labels, "ledger": ledger}
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:

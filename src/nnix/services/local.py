@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from nnix.agent.commands import TrialCommands
 from nnix.agent.protocol import Attach, Kill, Run
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialRunner, TrialSpec
-from nnix.services.base import ServiceContext
+from nnix.services.base import Configured, Emit, ServiceContext
 from nnix.services.gpu import GpuInventory, GpuScheduler, NvmlInventory
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 ENVIRONMENT_ID = "local-env"
 
 
-class LocalService:
+class LocalService(Configured):
     platform = "local"
 
     def __init__(
@@ -50,22 +50,12 @@ class LocalService:
         self._gpu_of: dict[str, tuple[int, ...]] = {}
 
     @classmethod
-    def from_config(
-        cls,
-        config: ExperimentConfig,
-        emit: Callable[[RunnerEvent], None],
-        context: ServiceContext | None = None,
-        **options: Any,
-    ) -> LocalService:
+    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
+                             options: dict[str, Any]) -> dict[str, Any]:
         ts = cast("LocalConfig", config.training_service)
-        return cls(
-            emit,
-            trial_gpu_number=config.trial_gpu_number,
-            gpu_indices=ts.gpu_indices,
-            max_trial_number_per_gpu=ts.max_trial_number_per_gpu,
-            use_active_gpu=ts.use_active_gpu,
-            **options,
-        )
+        return {"trial_gpu_number": config.trial_gpu_number, "gpu_indices": ts.gpu_indices,
+                "max_trial_number_per_gpu": ts.max_trial_number_per_gpu, "use_active_gpu": ts.use_active_gpu,
+                **options}
 
     def _on_event(self, event: RunnerEvent) -> None:
         if isinstance(event, Exited):

@@ -54,16 +54,16 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-from nnix.agent.runner import RunnerEvent, TrialSpec
+from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 from nnix.services import rayguardian, rayhead
-from nnix.services.base import ServiceContext
+from nnix.services.base import Emit, ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
 
 if TYPE_CHECKING:
@@ -903,23 +903,17 @@ class RayService(ClusterService):
     """``platform: ray``: the shared cluster service over :class:`RayLauncher`."""
 
     platform = "ray"
+    engine_poll_interval = 1.0  # polling reads local futures: cheap
 
     @classmethod
     def make_launcher(cls, config: ExperimentConfig, context: ServiceContext | None) -> RayLauncher:
         return RayLauncher.from_config(config, context)
 
     @classmethod
-    def from_config(
-        cls,
-        config: ExperimentConfig,
-        emit: Callable[[RunnerEvent], None],
-        context: ServiceContext | None = None,
-        **options: Any,
-    ) -> ClusterService:
-        options.setdefault("engine_poll_interval", 1.0)  # polling reads local futures: cheap
-        head_idle = options.pop("head_idle", None)
-        launcher = options.pop("launcher", None) or cls.make_launcher(config, context)
-        if head_idle is not None and isinstance(launcher, RayLauncher):
-            launcher._head_idle = float(head_idle)
-        return super().from_config(config, emit, context, launcher=launcher, **options)
-
+    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
+                             options: dict[str, Any]) -> dict[str, Any]:
+        head_idle = options.pop("head_idle", None)  # tests: how long a private head outlives its last actor
+        kwargs = super()._options_from_config(config, emit, context, options)
+        if head_idle is not None and isinstance(kwargs["launcher"], RayLauncher):
+            kwargs["launcher"]._head_idle = float(head_idle)
+        return kwargs

@@ -25,6 +25,22 @@ from typing import Any
 _PR_SET_CHILD_SUBREAPER = 36
 
 
+def reaper_with_wakeup() -> int:
+    """Become a child subreaper (orphans below this process come back to it; best effort) and send signals to a
+    non-blocking pipe, so that a ``select`` wakes up on them; returns the pipe's end to read."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:
+        pass
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    return wake_r
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` exists and is neither a zombie nor dead."""
     try:
@@ -110,12 +126,7 @@ def main(args: list[str]) -> None:
         os._exit(0)
     os.set_inheritable(ctl, False)
     os.set_inheritable(out, False)
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except Exception:
-        pass
+    wake_r = reaper_with_wakeup()
 
     def say(**kw: Any) -> None:
         try:
@@ -123,10 +134,6 @@ def main(args: list[str]) -> None:
         except OSError:
             pass
 
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
     stop: list[str] = []
     signal.signal(signal.SIGCHLD, lambda *a: None)
     signal.signal(signal.SIGTERM, lambda *a: stop.append("terminated by a signal"))

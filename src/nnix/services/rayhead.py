@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from nnix.services.rayguardian import Guardian, reaper_with_wakeup
+
 __all__ = ["RECORD", "Head", "check", "read", "set_owner", "start", "stop", "stop_recorded"]
 
 RECORD = "ray-head.json"
@@ -340,16 +342,7 @@ def _keep(args: argparse.Namespace) -> int:
         os._exit(0)
     exp_dir, me = Path(args.exp_dir), os.getpid()
     record = exp_dir / RECORD
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the guardians come back here
-    except Exception:
-        pass
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
+    wake_r = reaper_with_wakeup()  # the guardians come back here
     asked: list[str] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: asked.append(signal.Signals(s).name))
@@ -364,17 +357,8 @@ def _keep(args: argparse.Namespace) -> int:
 
     head = subprocess.Popen(args.command, stdin=subprocess.DEVNULL)
     say(f"started `ray start --head` (pid {head.pid}) at {args.address}, temporary directory {args.temp_dir}")
-    exited: dict[int, int] = {}
-
-    def reap() -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            exited[pid] = os.waitstatus_to_exitcode(status)
+    reaper = Guardian()  # the exit statuses of what ends below the keeper
+    exited, reap = reaper.statuses, reaper.reap
 
     def wait(seconds: float) -> None:
         with contextlib.suppress(OSError, ValueError):

@@ -1,5 +1,7 @@
 """The remote training service (``platform: remote``): trials on SSH workers, each running the nnix agent.
 
+What is SSH (steps 1 to 5 below, probes, ``nnix platform clean``) is :class:`~nnix.services.ssh.SshLauncher`;
+this module is the fleet over it: machine states, agents per machine, scheduling, lost hosts, resume.
 For each machine of ``machineList`` the service
 
 1. connects over SSH (asyncssh). The host key is checked against ``knownHostsFile`` (default
@@ -55,54 +57,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import ipaddress
-import json
 import logging
-import re
 import secrets
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import asyncssh
 
-from nnix import __version__
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import GpuUnavailableError, ServiceError
 from nnix.services.agent_server import AgentServer
-from nnix.services.base import ServiceContext
+from nnix.services.base import Configured, Emit, ServiceContext
+from nnix.services.cluster import EnvRequest
 from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.gpu import GpuInfo, GpuScheduler
 from nnix.services.mirror import OutputMirror
-from nnix.services.packing import CodeArchive, build_wheels, pack_code
+from nnix.services.ssh import HostError, SshHost, SshLauncher
 
 if TYPE_CHECKING:
     from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
 
     from nnix.config import ExperimentConfig, RemoteConfig, RemoteMachineConfig
 
-__all__ = ["HostError", "RemoteService"]
+__all__ = ["HostError", "RemoteService"]  # HostError: nnix.services.ssh
 
 log = logging.getLogger("nnix.services.remote")
-
-MIN_PYTHON = (3, 10)
-_PROBE = (
-    "import sys, os, json; print(json.dumps({'exe': sys.executable, 'version': list(sys.version_info[:3]), "
-    "'home': os.path.expanduser('~')}))"
-)
-
-
-class HostError(ServiceError):
-    """A machine could not be used. ``permanent``: retrying cannot help (credentials, host key, Python)."""
-
-    def __init__(self, message: str, hint: str | None = None, *, permanent: bool = False) -> None:
-        super().__init__(message, hint)
-        self.permanent = permanent
-
 
 class _ReportedInventory:
     """A machine's GPUs as its agent last reported them."""
@@ -141,23 +123,15 @@ class _Trial(FleetTrial[_Env]):
     machine: _Machine
 
 
-@dataclass(eq=False)
-class _Machine:
-    index: int
-    cfg: RemoteMachineConfig
+@dataclass(eq=False, kw_only=True)
+class _Machine(SshHost):
+    """A machine: what SSH knows of it (:class:`~nnix.services.ssh.SshHost`), and its agents, trials and state."""
+
     gpus: GpuScheduler
     inventory: _ReportedInventory
     state: Literal["connecting", "ready", "down", "lost", "failed"] = "connecting"
     problem: str = ""
     down_since: float | None = None
-    conn: asyncssh.SSHClientConnection | None = None
-    sftp: asyncssh.SFTPClient | None = None
-    listener: asyncssh.SSHListener | None = None
-    remote_port: int = 0
-    python: str = ""
-    root: str = ""
-    venv: str = ""
-    code_dir: str = ""
     reuse_env: _Env | None = None
     spares: list[_Env] = field(default_factory=list)  # non-reuse: an agent started ahead, for the next trial
     replenishing: bool = False
@@ -169,27 +143,11 @@ class _Machine:
     task: asyncio.Task[None] | None = None
     checking: bool = False
 
-    @property
-    def label(self) -> str:
-        return f"{self.cfg.user}@{self.cfg.host}:{self.cfg.port}"
-
-    @property
-    def key(self) -> str:
-        return self.cfg.host if self.cfg.port == 22 else f"{self.cfg.host}:{self.cfg.port}"
-
-    @property
-    def dir_name(self) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.cfg.host}_{self.cfg.port}")
-
     def live_envs(self) -> list[_Env]:
         return [e for e in self.envs.values() if not e.dead]
 
 
-def _q(s: str) -> str:
-    return shlex.quote(s)
-
-
-class RemoteService(Fleet[_Env, _Trial]):
+class RemoteService(Configured, Fleet[_Env, _Trial]):
     platform = "remote"
 
     def __init__(
@@ -213,13 +171,8 @@ class RemoteService(Fleet[_Env, _Trial]):
         if not machines:
             raise ServiceError("machineList is empty", "list at least one SSH machine")
         self._context = context
-        self._code_dir = Path(code_dir)
         self._reuse = reuse
-        self._trust = trust_unknown_hosts
-        self._known_hosts = known_hosts_file or Path.home() / ".ssh" / "known_hosts"
-        self._work_dir = remote_work_dir
         self._policy = lost_host_policy
-        self._connect_timeout = connect_timeout
         self._adopt_wait = adopt_wait
         self._machines: list[_Machine] = []
         for i, m in enumerate(machines):
@@ -227,82 +180,38 @@ class RemoteService(Fleet[_Env, _Trial]):
             sched = GpuScheduler(inv, trial_gpu_number=trial_gpu_number, gpu_indices=m.gpu_indices,
                                  max_trial_number_per_gpu=m.max_trial_number_per_gpu,
                                  use_active_gpu=m.use_active_gpu)
-            self._machines.append(_Machine(i, m, sched, inv))
+            self._machines.append(_Machine(index=i, cfg=m, gpus=sched, inventory=inv))
         self._by_key = {m.key: m for m in self._machines}
         # one policy for failed starts and lost hosts (nnix.services.health); giving up needs every machine
         # failing for lostHostTimeout, and never less than one agent start timeout
         self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None else None,
                          hosts=[m.label for m in self._machines], lost_after=lost_host_timeout, **agent)
+        self.launcher = SshLauncher(
+            self._machines, experiment_id=context.experiment_id if context is not None else "",
+            stage_dir=context.experiment_dir / "remote" if context is not None else None, code_dir=code_dir,
+            reuse=reuse, trust_unknown_hosts=trust_unknown_hosts, known_hosts_file=known_hosts_file,
+            remote_work_dir=remote_work_dir, connect_timeout=connect_timeout,
+            keepalive_interval=max(1.0, self._lost_after / 4))
         self._rr = 0
         self._server: AgentServer | None = None
-        self._wheels: list[Path] = []
-        self._wheel_digest = ""
-        self._archive: CodeArchive | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._settle_timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    def from_config(
-        cls,
-        config: ExperimentConfig,
-        emit: Callable[[RunnerEvent], None],
-        context: ServiceContext | None = None,
-        **options: Any,
-    ) -> RemoteService:
+    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
+                             options: dict[str, Any]) -> dict[str, Any]:
         ts = cast("RemoteConfig", config.training_service)
-        return cls(
-            emit,
-            machines=list(ts.machine_list),
-            context=context,
-            code_dir=config.trial_code_directory,
-            reuse=ts.reuse_mode,
-            trial_gpu_number=config.trial_gpu_number,
-            trust_unknown_hosts=ts.trust_unknown_hosts,
-            known_hosts_file=ts.known_hosts_file,
-            remote_work_dir=ts.remote_work_dir,
-            lost_host_policy=ts.lost_host_policy,
-            lost_host_timeout=float(ts.lost_host_timeout),
-            **options,
-        )
+        return {"machines": list(ts.machine_list), "context": context, "code_dir": config.trial_code_directory,
+                "reuse": ts.reuse_mode, "trial_gpu_number": config.trial_gpu_number,
+                "trust_unknown_hosts": ts.trust_unknown_hosts, "known_hosts_file": ts.known_hosts_file,
+                "remote_work_dir": ts.remote_work_dir, "lost_host_policy": ts.lost_host_policy,
+                "lost_host_timeout": float(ts.lost_host_timeout), **options}
 
     # --- `nnix platform clean` --------------------------------------------------------------------
-    # under remoteWorkDir nnix leaves venvs/ (agent venvs) and <experiment id>/<host>_<port>/{envs,trials,...}:
-    # only those are listed (a directory is an experiment's when one of its folders has envs/ or trials/)
-    _LEFTOVERS = (
-        'w={work}; [ -d "$w" ] || exit 0; cd "$w" || exit 3; '
-        '[ -d venvs ] && ls -d venvs/nnix-* >/dev/null 2>&1 && echo "$w/venvs"; '
-        'for d in */; do d=${{d%/}}; [ "$d" = venvs ] && continue; '
-        'for h in "$d"/*/; do if [ -d "$h/envs" ] || [ -d "$h/trials" ]; then echo "$w/$d"; break; fi; done; '
-        'done; exit 0'
-    )
-
     async def leftovers(self, remove: bool = False) -> list[tuple[str, list[str], str]]:
         """For each machine: ``(label, directories nnix left under remoteWorkDir, problem)``; with ``remove``
-        they are deleted (and remoteWorkDir itself when that leaves it empty). Connects, runs, disconnects."""
-
-        async def one(m: _Machine) -> tuple[str, list[str], str]:
-            try:
-                m.conn = await self._connect(m)
-                work = self._work_dir
-                if work == "~" or work.startswith("~/"):
-                    home = self._text((await self._run(m, 'printf %s "$HOME"')).stdout).strip()
-                    work = home + work[1:]
-                found = await self._run(m, self._LEFTOVERS.format(work=_q(work)))
-                if found.exit_status not in (0, None):
-                    return m.label, [], f"cannot list {work}: {self._text(found.stderr).strip()}"
-                paths = [p for p in self._text(found.stdout).splitlines() if p.startswith(work + "/")]
-                if remove and paths:
-                    r = await self._run(m, "rm -rf -- " + " ".join(_q(p) for p in paths)
-                                        + f"; rmdir {_q(work)} 2>/dev/null; true")
-                    if r.exit_status not in (0, None):
-                        return m.label, paths, f"rm failed: {self._text(r.stderr).strip()}"
-                return m.label, paths, ""
-            except ServiceError as e:
-                return m.label, [], e.message
-            finally:
-                self._drop_connection(m)
-
-        return list(await asyncio.gather(*(one(m) for m in self._machines)))
+        they are deleted (see :meth:`nnix.services.ssh.SshLauncher.leftovers`)."""
+        return await self.launcher.leftovers(remove)
 
     # --- views (tests, CLI) ----------------------------------------------------------------------
     def machines(self) -> list[tuple[str, str, str]]:
@@ -313,9 +222,6 @@ class RemoteService(Fleet[_Env, _Trial]):
     async def start(self) -> None:
         if self._context is None:
             raise ServiceError("the remote service needs its experiment's id and directory (a ServiceContext)")
-        ssh_log = logging.getLogger("asyncssh")
-        if ssh_log.level == logging.NOTSET:  # asyncssh logs every channel at INFO: keep its warnings only
-            ssh_log.setLevel(logging.WARNING)
         self._server = AgentServer(heartbeat=self._heartbeat_every, poll_wait=20.0, clock=self._clock)
         await self._server.start()
         try:
@@ -327,13 +233,7 @@ class RemoteService(Fleet[_Env, _Trial]):
         self._settle_timer = asyncio.get_running_loop().call_later(max(1.0, self._adopt_wait), self._settle)
 
     async def _start_machines(self) -> None:
-        assert self._context is not None
-        stage = self._context.experiment_dir / "remote"
-        self._wheels, self._wheel_digest = await asyncio.to_thread(build_wheels, stage / "wheels")
-        self._archive = await asyncio.to_thread(pack_code, self._code_dir, stage / "code.tar.gz")
-        if self._trust:
-            log.warning("trustUnknownHosts is true: hosts missing from %s are accepted without verifying their key",
-                        self._known_hosts)
+        await self.launcher.prepare()  # wheels and the code archive, staged once for every machine
         for m in self._machines:
             m.task = asyncio.create_task(self._keep_connected(m))
         await asyncio.gather(*(m.first_attempt.wait() for m in self._machines))
@@ -367,7 +267,7 @@ class RemoteService(Fleet[_Env, _Trial]):
         # manager forever; dropping the connections ends whatever still waits on one
         pending = (await asyncio.wait(tasks, timeout=5.0))[1] if tasks else set()
         for m in self._machines:
-            self._drop_connection(m)
+            self.launcher.drop(m)
             m.disconnected.set()
         if pending:
             for t in pending:
@@ -385,7 +285,7 @@ class RemoteService(Fleet[_Env, _Trial]):
         deadline = self._clock() + timeout
         while self._clock() < deadline:
             if env.process is not None:
-                if env.process.exit_status is not None or env.process.exit_signal is not None or env.dead:
+                if env.dead or (await self.launcher.poll([env.env_id]))[env.env_id].state == "ended":
                     return
             elif env.shutdown_delivered():
                 return
@@ -398,7 +298,7 @@ class RemoteService(Fleet[_Env, _Trial]):
             try:
                 await self._bring_up(m)
             except HostError as e:
-                self._drop_connection(m)
+                self.launcher.drop(m)
                 m.problem = e.message
                 if m.state not in ("lost",):
                     m.state = "failed" if e.permanent else "down"
@@ -419,165 +319,22 @@ class RemoteService(Fleet[_Env, _Trial]):
                 return
             await m.disconnected.wait()
             m.disconnected.clear()
-            self._drop_connection(m)
+            self.launcher.drop(m)
             if m.state == "ready":
                 m.state, m.problem, m.down_since = "down", f"SSH connection to {m.label} lost", self._clock()
                 self._health.down(m.label, m.problem)
                 log.warning("SSH connection to %s lost; reconnecting", m.label)
 
-    def _drop_connection(self, m: _Machine) -> None:
-        if m.listener is not None:
-            m.listener.close()
-        if m.sftp is not None:
-            m.sftp.exit()
-        if m.conn is not None:
-            m.conn.abort()
-        m.conn, m.sftp, m.listener = None, None, None
-
-    def _known_hosts_for(self, m: _Machine) -> Any:
-        kh = self._known_hosts
-        if not self._trust:
-            if not kh.is_file():
-                raise HostError(
-                    f"cannot verify the host key of {m.label}: {kh} does not exist",
-                    f"add the host's key (ssh-keyscan -p {m.cfg.port} {m.cfg.host} >> {kh}, then check its "
-                    "fingerprint), or set knownHostsFile, or trustUnknownHosts: true (not verified)",
-                    permanent=True,
-                )
-            return str(kh)
-        if kh.is_file():
-            try:
-                db = asyncssh.read_known_hosts(str(kh))
-                try:
-                    ipaddress.ip_address(m.cfg.host)
-                    addr = m.cfg.host
-                except ValueError:
-                    addr = ""
-                if db.match(m.cfg.host, addr, m.cfg.port)[0]:
-                    return db  # listed: verified, so a changed key is refused even with trustUnknownHosts
-            except (OSError, ValueError, asyncssh.Error) as e:
-                log.warning("cannot read %s: %s", kh, e)
-        log.warning("host key of %s is not verified (trustUnknownHosts)", m.label)
-        return None
-
-    async def _connect(self, m: _Machine) -> asyncssh.SSHClientConnection:
-        cfg = m.cfg
-        options: dict[str, Any] = {
-            "port": cfg.port,
-            "username": cfg.user,
-            "known_hosts": self._known_hosts_for(m),
-            "connect_timeout": self._connect_timeout,
-            "keepalive_interval": max(1.0, self._lost_after / 4),
-            "keepalive_count_max": 3,
-            "agent_path": None,
-            # AES-GCM first: hardware-accelerated on both ends, and cheaper per packet in asyncssh than
-            # chacha20-poly1305 (its default); the agent channel sends many small packets
-            "encryption_algs": ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
-                                "aes256-ctr", "aes192-ctr", "aes128-ctr"],
-        }
-        key: Path | None = None
-        if cfg.password is not None:
-            options.update(password=cfg.password.get_secret_value(), client_keys=None,
-                           preferred_auth="password,keyboard-interactive")
-        else:
-            key = cfg.ssh_key_file or Path.home() / ".ssh" / "id_rsa"
-            if not key.is_file():
-                raise HostError(f"SSH key file {key} for {m.label} does not exist",
-                                "set sshKeyFile (or password) for this machine", permanent=True)
-            options["client_keys"] = [str(key)]
-            if cfg.ssh_passphrase is not None:
-                options["passphrase"] = cfg.ssh_passphrase.get_secret_value()
-        try:
-            return await asyncssh.connect(cfg.host, **options)
-        except asyncssh.PermissionDenied as e:
-            how = "password" if cfg.password is not None else f"key {key}"
-            raise HostError(f"{m.label} refused the login of user {cfg.user!r} with {how}: {e.reason}",
-                            "check user, sshKeyFile/sshPassphrase or password for this machine",
-                            permanent=True) from e
-        except asyncssh.HostKeyNotVerifiable as e:
-            raise HostError(
-                f"host key of {m.label} is not trusted: it is not listed in {self._known_hosts} or differs from "
-                f"the listed key; refusing to connect ({e.reason})",
-                f"if the host is new, add its key (ssh-keyscan -p {cfg.port} {cfg.host} >> {self._known_hosts}) "
-                f"after checking the fingerprint; if its key changed on purpose, remove the old one "
-                f"(ssh-keygen -R {cfg.host})",
-                permanent=True,
-            ) from e
-        except (asyncssh.KeyImportError, asyncssh.KeyEncryptionError) as e:
-            raise HostError(f"cannot load SSH key {key} for {m.label}: {e}",
-                            "check sshKeyFile and sshPassphrase", permanent=True) from e
-        except (OSError, TimeoutError, asyncssh.Error) as e:
-            text = getattr(e, "reason", "") or str(e) or type(e).__name__
-            if isinstance(e, TimeoutError):
-                text = f"no answer in {self._connect_timeout:g} s"
-            raise HostError(f"cannot reach {m.label}: {text}",
-                            "check host and port, that sshd runs there, and the network") from e
-
-    async def _run(self, m: _Machine, command: str, timeout: float = 120.0) -> asyncssh.SSHCompletedProcess:
-        if m.conn is None:
-            raise HostError(f"no SSH connection to {m.label}")
-        try:
-            return await asyncio.wait_for(m.conn.run(command, check=False), timeout)
-        except (OSError, TimeoutError, asyncssh.Error) as e:
-            raise HostError(f"command on {m.label} failed: {getattr(e, 'reason', '') or e or type(e).__name__}") from e
-
-    @staticmethod
-    def _text(value: Any) -> str:
-        return value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
-
-    def _path_prefix(self, m: _Machine) -> str:
-        return f"export PATH={_q(m.cfg.python_path)}:\"$PATH\"; " if m.cfg.python_path else ""
-
     async def _bring_up(self, m: _Machine) -> None:
-        assert self._server is not None and self._context is not None and self._archive is not None
+        assert self._server is not None
         m.state = "connecting" if m.state != "lost" else "lost"
-        m.conn = await self._connect(m)
+        m.conn = await self.launcher.connect(m)
         conn = m.conn
         m.disconnected.clear()
         self._spawn(self._notice_close(m, conn))
-        # Python
-        r = await self._run(m, self._path_prefix(m) + "for p in python3 python; do command -v \"$p\" >/dev/null 2>&1 "
-                            f"&& exec \"$p\" -c {_q(_PROBE)}; done; echo \"no python3 or python on PATH ($PATH)\" >&2; "
-                            "exit 127")
-        try:
-            info = json.loads(self._text(r.stdout).strip().splitlines()[-1])
-            version = tuple(int(x) for x in info["version"])
-        except (ValueError, IndexError, KeyError, TypeError):
-            raise HostError(f"no usable Python on {m.label}: {self._text(r.stderr).strip() or self._text(r.stdout)}",
-                            "install Python >= 3.10 there or set pythonPath for this machine", permanent=True) from None
-        if version < MIN_PYTHON:
-            raise HostError(
-                f"{m.label} has Python {'.'.join(map(str, version))} ({info['exe']}); nnix needs Python >= "
-                f"{MIN_PYTHON[0]}.{MIN_PYTHON[1]} on workers",
-                "set pythonPath for this machine to a directory holding a newer python3", permanent=True)
-        m.python = str(info["exe"])
-        work = self._work_dir
-        if work == "~" or work.startswith("~/"):
-            work = str(info["home"]) + work[1:]
-        m.root = str(PurePosixPath(work) / self._context.experiment_id / m.dir_name)
-        interpreter = hashlib.sha256(m.python.encode()).hexdigest()[:8]
-        m.venv = str(PurePosixPath(work) / "venvs" /
-                     f"nnix-{__version__}-{self._wheel_digest}-py{version[0]}{version[1]}-{interpreter}")
-        try:
-            m.sftp = await conn.start_sftp_client()
-        except (OSError, asyncssh.Error) as e:
-            raise HostError(f"cannot open SFTP on {m.label}: {e}") from e
-        await self._install(m)
-        # the reverse forward: the agent's 127.0.0.1:<remote_port> on the worker is our agent endpoint
-        try:
-            m.listener = await conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", self._server.port)
-        except (OSError, asyncssh.Error) as e:
-            raise HostError(f"{m.label} refused the reverse port forward: {e}",
-                            "allow TCP forwarding in the worker's sshd (AllowTcpForwarding yes)",
-                            permanent=True) from e
-        m.remote_port = m.listener.get_port()
-        if not self._reuse:  # the GPUs, before any trial asks (in reuse mode the agent's hello tells)
-            probe = await self._run(m, self._path_prefix(m) + f"{_q(self._venv_python(m))} -m nnix.agent --probe")
-            try:
-                m.inventory.update(json.loads(self._text(probe.stdout).strip().splitlines()[-1])["resources"])
-            except (ValueError, IndexError, KeyError, TypeError):
-                raise HostError(f"the nnix agent does not run on {m.label}: "
-                                f"{self._text(probe.stderr).strip()[-500:]}", permanent=True) from None
+        resources = await self.launcher.setup(m, self._server.port)
+        if resources is not None:  # non-reuse: the GPUs, before any trial asks (in reuse mode the agent's hello tells)
+            m.inventory.update(resources)
         await self._adopt(m)
         m.state, m.problem, m.down_since = "ready", "", None
         self._health.ok(m.label)
@@ -589,96 +346,10 @@ class RemoteService(Fleet[_Env, _Trial]):
         if m.conn is conn:
             m.disconnected.set()
 
-    def _venv_python(self, m: _Machine) -> str:
-        return f"{m.venv}/bin/python"
-
-    async def _install(self, m: _Machine) -> None:
-        """The agent's venv and the trial code on the host, each uploaded only when missing.
-
-        The venv is content-addressed (``<remoteWorkDir>/venvs/nnix-<version>-<digest of the code>-py<X.Y>-
-        <hash of the interpreter path>``): it holds nothing but this exact nnix build, so experiments using
-        the same build share it, and a changed build gets a new one. It is built in a temporary directory
-        and renamed into place, so hosts sharing a home directory (NFS) can race safely.
-        """
-        assert self._archive is not None and m.sftp is not None and self._context is not None
-        archive = self._archive
-        m.code_dir = f"{m.root}/code-{archive.sha256[:12]}"
-        marker = f"{m.venv}/.nnix-installed"
-        check = await self._run(
-            m, f"mkdir -p {_q(m.root)}/envs {_q(m.root)}/trials || exit 3; cat {_q(marker)} 2>/dev/null; echo; "
-               f"if test -d {_q(m.code_dir)}; then echo code-ok; fi")
-        if check.exit_status != 0:
-            raise HostError(f"cannot create {m.root} on {m.label}: {self._text(check.stderr).strip()}",
-                            "check that remoteWorkDir is writable by this user on the worker", permanent=True)
-        lines = self._text(check.stdout).split()
-        need_venv, need_code = self._wheel_digest not in lines, "code-ok" not in lines
-        try:
-            if need_venv:
-                await m.sftp.makedirs(f"{m.root}/wheels", exist_ok=True)
-                await m.sftp.put([str(w) for w in self._wheels], f"{m.root}/wheels")
-            if need_code:
-                await m.sftp.put(str(archive.path), f"{m.root}/code.tar.gz")
-        except (OSError, asyncssh.Error) as e:
-            raise HostError(f"cannot upload to {m.label}:{m.root}: {e}",
-                            "check that remoteWorkDir is writable by this user on the worker") from e
-        if need_venv:
-            py, tmp = _q(m.python), _q(f"{m.venv}.tmp-{secrets.token_hex(4)}")
-            names = " ".join(_q(w.name) for w in self._wheels)
-            # isolated from the worker's pip configuration; never an index: only the uploaded wheels
-            pip = f"install -q --isolated --no-index --no-deps --find-links . {names}"
-            # the host's own pip installs into the venv's site-packages (--target: one Python start, not
-            # two as with --python); without a host pip, the venv gets its own through ensurepip
-            script = (
-                f"set -e; export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1; "
-                f"mkdir -p {_q(str(PurePosixPath(m.venv).parent))}; {py} -m venv --without-pip {tmp}; "
-                f"sp=$({tmp}/bin/python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'); "
-                f"cd {_q(m.root)}/wheels; if {py} -m pip --version >/dev/null 2>&1; then "
-                f"{py} -m pip {pip} --target \"$sp\"; "
-                f"else {tmp}/bin/python -m ensurepip -q >/dev/null 2>&1 || "
-                "{ echo 'no pip: the host python has no pip and ensurepip does not work' >&2; exit 3; }; "
-                f"{tmp}/bin/python -m pip {pip}; fi; "
-                f"{tmp}/bin/python -c 'import nnix; print(nnix.__version__)'; "
-                f"echo {_q(self._wheel_digest)} > {tmp}/.nnix-installed; "
-                f"{py} -c 'import os, shutil, sys\ntry: os.rename(sys.argv[1], sys.argv[2])\n"
-                f"except OSError: shutil.rmtree(sys.argv[1])' {tmp} {_q(m.venv)}"
-            )
-            r = await self._run(m, script, timeout=600)
-            out = self._text(r.stdout).strip().splitlines()
-            if r.exit_status != 0 or __version__ not in out:
-                err = self._text(r.stderr).strip()[-800:]
-                raise HostError(f"installing nnix {__version__} on {m.label} failed: {err or out}",
-                                "the worker needs the venv module (Debian: python3-venv) and pip (python3-pip) "
-                                "or ensurepip", permanent=True)
-        if need_code:
-            r = await self._run(m, f"set -e; cd {_q(m.root)}; t=code.tmp-$$; rm -rf $t; mkdir $t; "
-                                   f"tar -xzf code.tar.gz -C $t; mv $t {_q(m.code_dir)}; rm -f code.tar.gz")
-            if r.exit_status != 0:
-                raise HostError(f"cannot unpack the trial code on {m.label}: {self._text(r.stderr).strip()}")
-
-    async def _write_connect(self, m: _Machine, env_dir: str, env_id: str, token: str) -> None:
-        assert m.sftp is not None
-        data = json.dumps({"url": f"http://127.0.0.1:{m.remote_port}", "environment_id": env_id, "token": token})
-        tmp = f"{env_dir}/.agent.json.{secrets.token_hex(4)}"
-        try:
-            await m.sftp.makedirs(env_dir, exist_ok=True)
-            async with m.sftp.open(tmp, "w", asyncssh.SFTPAttrs(permissions=0o600)) as f:
-                await f.write(data)
-            await m.sftp.posix_rename(tmp, f"{env_dir}/agent.json")
-        except (OSError, asyncssh.Error) as e:
-            raise HostError(f"cannot write the agent's connect file on {m.label}: {e}") from e
-
     async def _adopt(self, m: _Machine) -> None:
         """Point every live agent of this experiment on the host at the current forward (and token)."""
         assert self._server is not None
-        r = await self._run(
-            m, f"for d in {_q(m.root)}/envs/*/; do [ -f \"$d/agent.pid\" ] || continue; p=$(cat \"$d/agent.pid\"); "
-               "kill -0 \"$p\" 2>/dev/null && { [ ! -r /proc/$p/cmdline ] || grep -qa nnix.agent /proc/$p/cmdline; } "
-               "&& echo \"$(basename \"$d\") $p\"; done; true")
-        found: list[tuple[str, int]] = []
-        for line in self._text(r.stdout).splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[1].isdigit():
-                found.append((parts[0], int(parts[1])))
+        found = await self.launcher.find_agents(m)
         adopted: list[_Env] = []
         for env_id, pid in found:
             env = self._envs.get(env_id)
@@ -689,16 +360,15 @@ class RemoteService(Fleet[_Env, _Trial]):
                 token = endpoint.token  # a written-off agent: it will hear 410 and stop its trials
             else:
                 ep = self._server.register(env_id, self)
-                env = _Env(env_id, ep, single=False, machine=m, dir=f"{m.root}/envs/{env_id}", started_at=self._clock(),
+                env = _Env(env_id, ep, single=False, machine=m, dir=m.env_dir(env_id), started_at=self._clock(),
                            pid=pid, adopted=True, draining=True)
                 self._envs[env_id] = env
                 m.envs[env_id] = env
                 token = ep.token
                 adopted.append(env)
                 log.info("found agent %s (pid %d) of this experiment on %s: taking it over", env_id, pid, m.label)
-            await self._write_connect(m, f"{m.root}/envs/{env_id}", env_id, token)
-        if found:
-            await self._run(m, "kill -USR1 " + " ".join(str(p) for _, p in found) + " 2>/dev/null; true")
+            await self.launcher.write_connect(m, m.env_dir(env_id), env_id, token)
+        await self.launcher.wake(m, [p for _, p in found])
         if adopted:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*(e.hello.wait() for e in adopted)), self._adopt_wait)
@@ -710,24 +380,19 @@ class RemoteService(Fleet[_Env, _Trial]):
         m.generation += 1
         env_id = f"m{m.index}-{'t' if single else 'r'}{m.generation}-{secrets.token_hex(3)}"
         ep = self._server.register(env_id, self)
-        env = _Env(env_id, ep, single=single, machine=m, dir=f"{m.root}/envs/{env_id}", started_at=self._clock())
+        env = _Env(env_id, ep, single=single, machine=m, dir=m.env_dir(env_id), started_at=self._clock())
         self._envs[env_id] = env
         m.envs[env_id] = env
         for a in attach or []:
             ep.send(a)
-        await self._write_connect(m, env.dir, env_id, ep.token)
-        args = [
-            self._venv_python(m), "-m", "nnix.agent", "--connect-file", f"{env.dir}/agent.json",
-            *self._agent_options, *(["--single"] if single else []),
-        ]
-        command = (f"cd {_q(m.code_dir)} && {self._path_prefix(m)}exec {' '.join(_q(a) for a in args)} "
-                   f">> {_q(env.dir + '/agent.log')} 2>&1 < /dev/null")
+        request = EnvRequest(env_id, single, f"http://127.0.0.1:{m.remote_port}", ep.token, self._agent_options,
+                             host=m.index)
         try:
-            env.process = await m.conn.create_process(command)
-        except (OSError, asyncssh.Error) as e:
+            proc = env.process = self.launcher.process(await self.launcher.launch(request))
+        except HostError:
             self._forget_env(env)
-            raise HostError(f"cannot start the agent on {m.label}: {e}") from e
-        proc = env.process
+            raise
+        assert proc is not None
         exited = asyncio.ensure_future(proc.wait())
         hello = asyncio.ensure_future(env.hello.wait())
         try:
@@ -737,7 +402,7 @@ class RemoteService(Fleet[_Env, _Trial]):
             hello.cancel()
         if hello not in done or not env.hello.is_set():
             exited.cancel()
-            tail = await self._log_tail(m, env)
+            tail = await self.launcher.log_tail(m, env_id)
             self._forget_env(env)
             if env.refused:
                 raise HostError(f"the agent on {m.label} was refused: {env.refused}", permanent=True)
@@ -747,14 +412,9 @@ class RemoteService(Fleet[_Env, _Trial]):
         self._spawn(self._watch_agent(env, exited))
         return env
 
-    async def _log_tail(self, m: _Machine, env: _Env) -> str:
-        with contextlib.suppress(HostError):
-            r = await self._run(m, f"tail -n 5 {_q(env.dir + '/agent.log')} 2>/dev/null", timeout=10)
-            return " | ".join(self._text(r.stdout).strip().splitlines())[-600:]
-        return ""
-
     def _forget_env(self, env: _Env) -> None:
         env.dead = True
+        self.launcher.forget(env.env_id)
         if self._server is not None:
             self._server.retire(env.env_id, "this environment was replaced")
         env.machine.envs.pop(env.env_id, None)
@@ -879,15 +539,8 @@ class RemoteService(Fleet[_Env, _Trial]):
     async def _check_host(self, m: _Machine, env: _Env, silent: float) -> None:
         """An agent has been silent too long: is its host gone (SSH does not answer either), or only the
         agent (dead, or alive but stuck: then it is killed)? One SSH round trip, with a short timeout."""
-        pid_file = _q(env.dir + "/agent.pid")
-        probe = (f"p={env.pid or ''}; [ -n \"$p\" ] || p=$(cat {pid_file} 2>/dev/null); "
-                 "if [ -n \"$p\" ] && kill -0 \"$p\" 2>/dev/null; then echo \"alive $p\"; else echo dead; fi")
-        pid: int | None = None
         try:
-            r = await self._run(m, probe, timeout=min(5.0, max(1.0, self._lost_after / 2)))
-            words = self._text(r.stdout).split()
-            alive = len(words) == 2 and words[0] == "alive" and words[1].isdigit()
-            pid = int(words[1]) if alive else None
+            pid = await self.launcher.probe(m, env.env_id, env.pid, timeout=min(5.0, max(1.0, self._lost_after / 2)))
         except HostError as e:
             self._declare_lost(m, f"no sign of life for {silent:.0f} s and SSH does not answer ({e.message})")
             return
@@ -895,11 +548,10 @@ class RemoteService(Fleet[_Env, _Trial]):
             m.checking = False
         if env.dead:
             return
-        if alive and pid:
+        if pid:
             log.warning("agent %s on %s is alive but silent for %.0f s: killing and replacing it",
                         env.env_id, m.label, silent)
-            with contextlib.suppress(HostError):
-                await self._run(m, f"kill -9 {pid} 2>/dev/null; true", timeout=5)
+            await self.launcher.kill(m, pid)
         else:
             log.warning("agent %s on %s is gone; replacing it", env.env_id, m.label)
         self._replace_env(env)
@@ -991,9 +643,9 @@ class RemoteService(Fleet[_Env, _Trial]):
         m = chosen
         self._rr = m.index + 1
         self._reason = ""
-        out = f"{m.root}/trials/{spec.trial_id}"
-        env_vars = {**spec.env, **m.gpus.env(alloc)}
-        remote = replace(spec, code_dir=Path(m.code_dir), output_dir=Path(out), env=env_vars)
+        remote = self.launcher.place(spec, m)
+        remote = replace(remote, env={**remote.env, **m.gpus.env(alloc)})
+        out = str(remote.output_dir)
         loop = asyncio.get_running_loop()
         t = _Trial(spec.trial_id, None, out, machine=m, started=loop.create_future())
         assert t.started is not None
@@ -1032,8 +684,8 @@ class RemoteService(Fleet[_Env, _Trial]):
             return self._requeue_unstarted(t, t.unstarted or f"{m.label} went away")
         t.started = None
         self._health.ok(m.label)
-        return replace(started, output_dir=f"{m.key}:{out}", environment_id=t.env.env_id if t.env else "",
-                       gpus=alloc.indices or None)
+        return replace(started, output_dir=self.launcher.output_location(spec, m),
+                       environment_id=t.env.env_id if t.env else "", gpus=alloc.indices or None)
 
     def _requeue_unstarted(self, t: _Trial, why: str) -> Started | None:
         """A trial that did not start on its machine goes back to the queue (counted: a Requeued event with the
@@ -1049,12 +701,7 @@ class RemoteService(Fleet[_Env, _Trial]):
         return None
 
     async def reattach(
-        self,
-        trial_id: str,
-        output_dir: Path,
-        pid: int | None,
-        pid_start: str | None,
-        after_index: int,
+        self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int,
         gpus: tuple[int, ...] | None,
     ) -> None:
         text = str(output_dir)

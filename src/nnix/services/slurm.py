@@ -41,12 +41,12 @@ import shlex
 import shutil
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
-from nnix.agent.runner import RunnerEvent, TrialSpec
+from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
@@ -459,19 +459,11 @@ class SlurmLauncher:
     async def poll(self, handles: Sequence[str]) -> dict[str, EnvStatus]:
         if not handles:
             return {}
-        wanted = set(handles)
-        found: dict[str, EnvStatus] = {}
         res = await self._cli("squeue", "-h", "-t", "all", "-u", self._user, "-O", _SQUEUE_FIELDS)
         if res.rc != 0:
             log.warning("squeue failed: %s", res.message)
             return {h: EnvStatus("unknown", f"squeue failed: {res.message}") for h in handles}
-        for line in res.out.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) < 6 or parts[0] not in wanted:
-                continue
-            job, state, reason, raw_exit, limit, name = parts[:6]
-            code, sig = _exit_status(raw_exit, wait_status=True)
-            found[job] = self._status(job, state, reason, code, sig, limit, name)
+        found = self._parse(res.out, set(handles), accounting=False)
         missing = [h for h in handles if h not in found]
         if missing:
             found.update(await self._from_sacct(missing))
@@ -512,15 +504,22 @@ class SlurmLauncher:
                 log.warning("sacct failed: %s", res.message)
             return {}
         self._sacct = True
-        out: dict[str, EnvStatus] = {}
-        for line in res.out.splitlines():
+        return self._parse(res.out, set(jobs), accounting=True)
+
+    def _parse(self, out: str, wanted: set[str], *, accounting: bool) -> dict[str, EnvStatus]:
+        """The states of the jobs ``wanted`` in lines of ``squeue`` (``job|state|reason|exit|limit|name``, the exit
+        as a wait status) or, with ``accounting``, of ``sacct`` (``job|state|exit|reason|limit|name``)."""
+        found: dict[str, EnvStatus] = {}
+        for line in out.splitlines():
             parts = line.strip().split("|")
-            if len(parts) < 6 or parts[0] not in jobs:
+            if len(parts) < 6 or parts[0] not in wanted:
                 continue
-            job, state, exit_code, reason, limit, name = parts[:6]
-            code, sig = _exit_status(exit_code, wait_status=False)
-            out[job] = self._status(job, state, reason, code, sig, limit, name)
-        return out
+            if accounting:
+                parts[2], parts[3] = parts[3], parts[2]
+            job, state, reason, raw_exit, limit, name = parts[:6]
+            code, sig = _exit_status(raw_exit, wait_status=not accounting)
+            found[job] = self._status(job, state, reason, code, sig, limit, name)
+        return found
 
     def _forget(self, job: str) -> None:
         """An ended or cancelled job: its token file is of no more use."""
@@ -550,20 +549,10 @@ class SlurmService(ClusterService):
     """``platform: slurm``: the shared cluster service over :class:`SlurmLauncher`."""
 
     platform = "slurm"
+    # one squeue call per poll for all environments; agents report trials by themselves, so the engine is asked
+    # only for pending reasons and for jobs that ended under their agent: every 5 s is plenty
+    engine_poll_interval = 5.0
 
     @classmethod
     def make_launcher(cls, config: ExperimentConfig, context: ServiceContext | None) -> SlurmLauncher:
         return SlurmLauncher.from_config(config, context)
-
-    @classmethod
-    def from_config(
-        cls,
-        config: ExperimentConfig,
-        emit: Callable[[RunnerEvent], None],
-        context: ServiceContext | None = None,
-        **options: Any,
-    ) -> ClusterService:
-        # one squeue call per poll for all environments; agents report trials by themselves, so the engine is
-        # asked only for pending reasons and for jobs that ended under their agent: every 5 s is plenty
-        options.setdefault("engine_poll_interval", 5.0)
-        return super().from_config(config, emit, context, **options)
