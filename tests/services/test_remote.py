@@ -181,7 +181,7 @@ def test_experiment_across_three_hosts(tmp_path: Path, ssh_lab: SshLab, reuse: b
         assert (code_dir / "trial.py").exists() and not (code_dir / "data").exists()  # .nniignore honoured
     store_bytes = (exp_dir / STORE_NAME).read_bytes()
     assert b"Bearer" not in store_bytes
-    wait_until(lambda: not ssh_lab.agent_pids(exp_id), 10)  # every agent gone after the experiment
+    wait_until(lambda: not ssh_lab.agent_pids(exp_id), 60)  # every agent gone after the experiment
 
 
 @pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "non-reuse"])
@@ -511,7 +511,7 @@ def test_manager_killed_and_resumed_reattaches_remote_trials(tmp_path: Path, ssh
     assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values()), [t.message for t in st.trials.values()]
     _assert_metrics_once(st, 15)
     assert set(_starts(exp_dir).values()) == {1}  # re-attached, not re-run
-    wait_until(lambda: not ssh_lab.agent_pids(exp_id), 10)
+    wait_until(lambda: not ssh_lab.agent_pids(exp_id), 60)
 
 
 def test_gpu_request_no_machine_can_meet_is_an_error_naming_the_machines(tmp_path: Path, ssh_lab: SshLab) -> None:
