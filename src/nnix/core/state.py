@@ -382,7 +382,8 @@ def _metric_in(x: list[Any] | None) -> Metric | None:
 
 def encode_snapshot(state: ExperimentState) -> bytes:
     """``state`` as snapshot bytes: JSON of everything but the finite intermediate values, which follow as
-    raw doubles (8 bytes each). Ended trials whose series is in the store take no series with them."""
+    raw doubles (8 bytes each). Only running and waiting trials take their series with them: an ended
+    trial's is read from the store when asked for (``loader``)."""
     head = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in _EXPERIMENT_SKIP}
     head["status"] = state.status.value
     trials, values = [], array("d")
@@ -392,7 +393,7 @@ def encode_snapshot(state: ExperimentState) -> bytes:
             t.started_at, t.ended_at, t.environment_id, t.output_dir, t.pid, t.pid_start,
             None if t.gpus is None else list(t.gpus), t.exit_code, t.message,
             None if t.cancel_reason is None else t.cancel_reason.value,
-            None if t.held is None else [_metric_out(m) for m in t.held],
+            None if t.held is None or t.status.is_terminal else [_metric_out(m) for m in t.held],
             t.last_index, t.warnings, t.warning_count, _metric_out(t.final_m), _metric_out(t.latest_m),
             t.n_metrics, t.n_inter, len(t.inter_values),
         ])
@@ -451,14 +452,16 @@ def load_snapshot(store: Store, loader: Callable[[str], list[Metric]] | None) ->
     return state
 
 
-def fold_store(store: Store, state: ExperimentState | None = None) -> ExperimentState:
+def fold_store(store: Store, state: ExperimentState | None = None,
+               loader: Callable[[str], list[Metric]] | None = None) -> ExperimentState:
     """Fold everything in ``store`` after ``state.last_seq``, by the store's fastest way. Without a state,
     start from the store's snapshot where it has one that matches, and serve ended trials' series from
-    the store (``ExperimentState.loader``) rather than hold them all."""
+    the store (``ExperimentState.loader``; by default, ``store`` itself) rather than hold them all."""
     if state is None:
-        def loader(trial_id: str) -> list[Metric]:
+        def from_store(trial_id: str) -> list[Metric]:
             return series(store.read_trial(trial_id, SERIES_KINDS))
 
+        loader = loader or from_store
         state = load_snapshot(store, loader) or ExperimentState(loader=loader)
     store.replay(state, state.last_seq)
     return state
