@@ -7,6 +7,8 @@ import stat
 import sys
 from pathlib import Path
 
+import pytest
+
 from nnix.core.state import ExperimentState
 from nnix.home import STORE_NAME, Registry
 from nnix.testing.experiments import make_experiment
@@ -68,3 +70,25 @@ def test_the_reason_file_is_written_in_place_read_and_cleared(tmp_path: Path) ->
     assert "the disk holding X is full" in st.message and "free space" in st.message and len(st.errors) == 1
     clear_manager_error(tmp_path)
     assert read_manager_error(tmp_path) is None and path.stat().st_size == size
+
+
+def test_read_state_serves_dropped_series_after_its_store_is_closed(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ended trial's series beyond the held budget stays in the store: the state read_state returns
+    reads it from there when asked, although read_state closed the store it folded."""
+    from nnix.core import state as state_mod
+    from nnix.core.events import MetricReported, TrialCreated, TrialEnded
+    from nnix.core.status import MetricType, TrialStatus
+    from nnix.home import STORE_NAME, read_state
+    from nnix.store.sqlite import SqliteStore
+
+    monkeypatch.setattr(state_mod, "HOLD_ENDED_METRICS", 0)
+    store = SqliteStore(tmp_path / STORE_NAME)
+    store.append([TrialCreated("a", 0, 0, {"x": 1})])
+    store.append([MetricReported("a", MetricType.PERIODICAL, k, k / 2, k, 0) for k in range(5)])
+    store.append([MetricReported("a", MetricType.FINAL, 0, 9.0, 5, 0), TrialEnded("a", TrialStatus.SUCCEEDED, 0)])
+    store.close()
+    t = read_state(tmp_path).trials["a"]
+    assert t.held is None  # not in memory
+    assert [m.value for m in t.intermediate] == [0.0, 0.5, 1.0, 1.5, 2.0] and t.final_value == 9.0
+    assert t.n_inter == 5 and list(t.inter_values) == [0.0, 0.5, 1.0, 1.5, 2.0]

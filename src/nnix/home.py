@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nnix.core.state import ExperimentState, fold, fold_store
+from nnix.core.state import SERIES_KINDS, ExperimentState, Metric, fold, fold_store, series
 from nnix.errors import ExperimentNotFoundError
 from nnix.model.status import ExperimentStatus
 from nnix.store.sqlite import SqliteStore
@@ -124,12 +124,27 @@ def pid_alive(pid: int | None) -> bool:
 SUMMARY_KINDS = ("ExperimentCreated", "ManagerStarted", "ManagerHeartbeat", "StatusChanged", "LimitsUpdated")
 
 
+class StoreSeries:
+    """Serves the series of the ended trials of a state that :func:`read_state` folded (the fold keeps only
+    their summary): opens the store at the first ask and keeps it open (for a short-lived reader: the CLI)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.store: SqliteStore | None = None
+
+    def __call__(self, trial_id: str) -> list[Metric]:
+        if self.store is None:
+            self.store = SqliteStore(self.path, create=False)
+        return series(self.store.read_trial(trial_id, SERIES_KINDS))
+
+
 def read_state(exp_dir: Path, summary: bool = False) -> ExperimentState:
     """Fold an experiment's log; ``summary=True`` skips trial events (fast: status, pid, port).
     A reason the last manager left in ``manager.error`` (e.g. a full disk) is its message and an error."""
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     try:
-        state = fold(store.read(kinds=SUMMARY_KINDS)) if summary else fold_store(store)
+        state = fold(store.read(kinds=SUMMARY_KINDS)) if summary else fold_store(
+            store, loader=StoreSeries(exp_dir / STORE_NAME))
     finally:
         store.close()
     apply_manager_error(state, exp_dir)

@@ -212,3 +212,18 @@ def test_trial_ls_head_and_tail_are_by_best(tmp_path: Path) -> None:
     assert ids(high, "--tail", "1") == ["tr001"]
     table = nnix("trial", "ls", low, "--head", "1").stdout
     assert "tr001" in table and "tr003" not in table
+
+
+def test_experiment_export_json_is_the_whole_list_written_a_row_at_a_time(tmp_path: Path) -> None:
+    (tmp_path / "some").mkdir()
+    (tmp_path / "none").mkdir()
+    some = _recorded(tmp_path / "some", [0.5, None, {"default": 0.9, "acc": [1, 2]}], "maximize")
+    none = _recorded(tmp_path / "none", [None], "maximize")
+    out = tmp_path / "out.json"
+    assert nnix("experiment", "export", some, "--type", "json", "--filename", str(out), "-i").returncode == 0
+    rows = [{"parameter": {"heldout_learning_rate": 0.001 * (i + 1), "nested": {"width": 2 ** i}}, "value": v,
+             "trialJobId": f"tr{i:03d}", "intermediate": []}
+            for i, v in ((0, 0.5), (2, {"default": 0.9, "acc": [1, 2]}))]
+    assert out.read_text() == json.dumps(rows, indent=2)
+    assert nnix("experiment", "export", none, "--type", "json", "--filename", str(out)).returncode == 0
+    assert out.read_text() == "[]"

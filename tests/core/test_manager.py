@@ -8,6 +8,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,6 +185,36 @@ def test_resume_continues_sequence_ids_and_keeps_history(tmp_path: Path) -> None
     started = [s for s in SqliteStore(d / STORE_NAME).read() if isinstance(s.event, TrialStarted)]
     assert len(started) == 5
 
+
+def test_a_manager_leaves_a_snapshot_and_the_next_one_starts_from_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from nnix.core import state as state_mod
+    from nnix.core.events import LimitsUpdated
+
+    cmd = _trial(tmp_path, "nni.report_intermediate_result(0.5)\nnni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=2)
+    assert run_experiment(d).status is ExperimentStatus.DONE
+    store = SqliteStore(d / STORE_NAME)
+    snap = store.read_snapshot()
+    assert snap is not None and snap.seq == store.read()[-1].seq  # taken at its exit, of everything
+    store.append([LimitsUpdated("max_trial_number", 3)])
+    store.close()
+    loaded: list[int | None] = []
+    real = state_mod.load_snapshot
+
+    def spy(store: Any, loader: Any) -> Any:
+        got = real(store, loader)
+        loaded.append(None if got is None else got.last_seq)
+        return got
+
+    monkeypatch.setattr(state_mod, "load_snapshot", spy)
+    second = run_experiment(d, action="resume")
+    assert loaded[:1] == [snap.seq]  # the resume replayed only what followed the snapshot
+    assert second.status is ExperimentStatus.DONE and len(second.trials) == 3
+    assert all(t.n_inter == 1 and t.final_value == t.params["x"] for t in second.trials.values())
+    store = SqliteStore(d / STORE_NAME)
+    again = store.read_snapshot()
+    assert again is not None and again.seq == store.read()[-1].seq > snap.seq
 
 ALGOS = '''
 from nnix.tuners.base import TunerArgs

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from nnix.core.events import (
     ExperimentCreated,
     LimitsUpdated,
@@ -13,7 +17,7 @@ from nnix.core.events import (
 )
 from nnix.core.state import fold
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
-from nnix.store.base import Stored
+from nnix.store.base import Store, Stored
 
 
 def _log(*pairs: tuple[float, object]) -> list[Stored]:
@@ -76,3 +80,141 @@ def test_elapsed_counts_sessions_not_downtime() -> None:
     ))
     assert state.elapsed() == 40.0
     assert state.elapsed(now=1020.0) == 50.0
+
+
+# --- the snapshot: a fold from it plus the events after it is the full fold, and a bad one is rebuilt ----------
+
+def _canon(state: object) -> dict[str, object]:
+    """Everything a reader sees of a state (series read from the store where it is not held)."""
+    from dataclasses import fields
+
+    from nnix.core.state import ExperimentState
+
+    assert isinstance(state, ExperimentState)
+    out: dict[str, object] = {f.name: getattr(state, f.name) for f in fields(state)
+                              if f.name not in ("trials", "loader", "held_ended")}
+    out["trials"] = {tid: (t.sequence_id, t.parameter_id, t.params, t.status, t.started_at, t.ended_at, t.pid, t.gpus,
+                           t.exit_code, t.message, t.cancel_reason, t.last_index, t.warnings, t.warning_count,
+                           [(m.type, m.sequence, m.value, m.ts, m.index) for m in t.metrics], t.final, t.final_value,
+                           t.latest_m, t.n_metrics, t.n_inter, list(t.inter_values), t.intermediate)
+                     for tid, t in state.trials.items()}
+    return out
+
+
+def _busy_log(store: Store, trials: range) -> None:
+    from nnix.core.events import DataImported, TrialRequeued, TrialWarning
+
+    for i in trials:
+        tid = f"t{i}"
+        store.append([TrialCreated(tid, i, i, {"x": i}),
+                      TrialStarted(tid, "local-env", f"/tmp/{tid}", 100 + i, "s", (0,))])
+        store.append([MetricReported(tid, MetricType.PERIODICAL, k,
+                                     {"default": k * 0.5, "o": [k]} if k % 2 else k * 1.0, k, i) for k in range(4)])
+        if i % 3 == 0:  # a requeue drops the first attempt's series; a resent line lands at its place
+            store.append([TrialRequeued(tid, "host lost"), TrialStarted(tid, "local-env", f"/tmp/{tid}", 7, "s")])
+            store.append([MetricReported(tid, MetricType.PERIODICAL, 0, 9.0, 0, i),
+                          MetricReported(tid, MetricType.PERIODICAL, 2, float("nan"), 2, i),
+                          TrialWarning(tid, "metrics", "line 3: bad", 1, 3),
+                          MetricReported(tid, MetricType.PERIODICAL, 1, 8.0, 1, i)])
+        if i % 4 != 1:  # some stay running: their series stays held and goes into the snapshot
+            store.append([MetricReported(tid, MetricType.FINAL, 0, float(i), 9, i),
+                          TrialEnded(tid, TrialStatus.SUCCEEDED, 0)])
+    store.append([DataImported([{"parameter": {"x": 1}, "value": 0.5}]), StatusChanged(ExperimentStatus.RUNNING)])
+
+
+def _started(store: Store) -> None:
+    store.append([ExperimentCreated("e1", CONFIG, 7), ManagerStarted(1, "create", 8080),
+                  StatusChanged(ExperimentStatus.RUNNING)])
+
+
+def test_a_snapshot_plus_the_events_after_it_is_the_full_fold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nnix.core import state as state_mod
+    from nnix.store.sqlite import SqliteStore
+
+    monkeypatch.setattr(state_mod, "HOLD_ENDED_METRICS", 10)  # most ended trials' series go to the store
+    store = SqliteStore(f"{tmp_path}/s.sqlite")
+    _started(store)
+    _busy_log(store, range(0, 12))
+    first = state_mod.fold_store(store)
+    assert sum(t.held is None for t in first.trials.values()) >= 5  # dropped, served by the store
+    state_mod.write_snapshot(store, first)
+    _busy_log(store, range(12, 20))
+    store.append([TrialEnded("t1", TrialStatus.FAILED, 1, "late")])  # a trial held in the snapshot ends after it
+
+    replayed: list[int] = []
+    monkeypatch.setattr(state_mod.ExperimentState, "apply", lambda self, s, f=state_mod.ExperimentState.apply: (
+        replayed.append(s.seq), f(self, s))[1])
+    again = state_mod.fold_store(store)
+    assert replayed and min(replayed) > first.last_seq  # from the snapshot on, not the whole log
+    full = state_mod.fold(store.read())
+    assert _canon(again) == _canon(full)
+    assert again.trials["t1"].status is TrialStatus.FAILED and again.trials["t1"].metrics == full.trials["t1"].metrics
+
+
+@pytest.mark.parametrize("damage", ["body", "checksum", "version", "other log", "seq"])
+def test_a_snapshot_that_does_not_match_is_rebuilt_from_the_log(tmp_path: Path, damage: str) -> None:
+    import sqlite3
+
+    from nnix.core import state as state_mod
+    from nnix.store.base import Snapshot
+    from nnix.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.sqlite")
+    _started(store)
+    _busy_log(store, range(0, 6))
+    good = state_mod.fold_store(store)
+    lie = state_mod.fold(store.read()[:-8])  # an older state: trusting it at the head's seq would lose events
+    lie.last_seq = good.last_seq
+    if damage == "version":
+        store.write_snapshot(Snapshot(state_mod.SNAPSHOT_VERSION + 1, good.last_seq, state_mod.encode_snapshot(lie)))
+    elif damage == "seq":  # a valid snapshot whose body says another seq than its row
+        lie.last_seq = good.last_seq - 3
+        store.write_snapshot(Snapshot(state_mod.SNAPSHOT_VERSION, good.last_seq, state_mod.encode_snapshot(lie)))
+    else:
+        state_mod.write_snapshot(store, lie)
+        db = sqlite3.connect(tmp_path / "s.sqlite")
+        if damage == "body":  # bytes changed on disk, the checksum not
+            body = db.execute("SELECT body FROM snapshot").fetchone()[0]
+            db.execute("UPDATE snapshot SET body = ?", (body.replace(b'"x":1', b'"x":7'),))
+        elif damage == "checksum":
+            db.execute("UPDATE snapshot SET checksum = checksum + 1")
+        else:  # the event the snapshot was taken at is not the one there now (another log under it)
+            db.execute("UPDATE events SET ts = ts + 1 WHERE seq = ?", (good.last_seq,))
+        db.commit()
+        db.close()
+    assert store.read_snapshot() is None or damage in ("version", "seq")
+    assert _canon(state_mod.fold_store(store)) == _canon(state_mod.fold(store.read()))
+
+
+def test_kill_9_during_a_snapshot_write_keeps_the_last_one_and_loses_no_event(tmp_path: Path) -> None:
+    """A manager killed -9 after a snapshot, after more events, and in the middle of the next snapshot's
+    transaction: the store hands back the first snapshot and the fold from it is the full fold."""
+    import os
+    import subprocess
+    import sys
+
+    from nnix.core import state as state_mod
+    from nnix.store.sqlite import SqliteStore
+
+    path = tmp_path / "s.sqlite"
+    code = (
+        "import os, signal, sys\n"
+        "sys.path.insert(0, sys.argv[2])\n"
+        "from test_state import _busy_log, _started\n"
+        "from nnix.core.state import fold_store, write_snapshot\n"
+        "from nnix.store.sqlite import SqliteStore\n"
+        "s = SqliteStore(sys.argv[1])\n"
+        "_started(s); _busy_log(s, range(0, 5))\n"
+        "write_snapshot(s, fold_store(s))\n"
+        "_busy_log(s, range(5, 9))\n"
+        "s._db.execute('BEGIN IMMEDIATE')\n"
+        "s._db.execute('UPDATE snapshot SET seq = seq + 1, body = x\\'00\\'')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(Path(__file__).parent)], env=os.environ.copy())
+    assert proc.returncode == -9
+    store = SqliteStore(path, create=False)
+    snap = store.read_snapshot()
+    assert snap is not None and snap.seq < store.read()[-1].seq
+    assert len(store.read(kinds=("TrialCreated",))) == 9
+    assert _canon(state_mod.fold_store(store)) == _canon(state_mod.fold(store.read()))

@@ -316,7 +316,7 @@ def routes(ctx: ApiContext) -> list[Route]:
             raise ApiError(400, "type must be PERIODICAL or FINAL")
         return mtype
 
-    def _records(snapshot: list[tuple[TrialState, list[Metric]]], mtype: str | None) -> Iterator[bytes | None]:
+    def _records(snapshot: Iterable[tuple[TrialState, list[Metric]]], mtype: str | None) -> Iterator[bytes | None]:
         for t, metrics in snapshot:
             yield from metric_records(t, metrics, mtype)
             yield None  # a trial without metrics of the type still lets the loop run
@@ -325,11 +325,12 @@ def routes(ctx: ApiContext) -> list[Route]:
         tid = request.path_params.get("id")
         mtype = _mtype(request)
         trials = [trial_or_404(ctx, tid)] if tid else list(m.state.trials.values())
-        # a snapshot of references (the lists grow while the response is sent), encoded a slice at a time
-        return JSONStream(_records([(t, list(t.metrics)) for t in trials], mtype))
+        # the trials are listed now, each series copied when the stream reaches it (it grows meanwhile; an
+        # ended trial's is read from the store then), encoded a slice at a time
+        return JSONStream(_records(((t, list(t.metrics)) for t in trials), mtype))
 
     async def metric_data_latest(_: Request) -> Response:
-        def latest(snapshot: list[tuple[TrialState, list[Metric]]]) -> Iterator[bytes | None]:
+        def latest(snapshot: Iterable[tuple[TrialState, list[Metric]]]) -> Iterator[bytes | None]:
             for t, metrics in snapshot:
                 last = None
                 picked: list[Metric] = []
@@ -343,7 +344,7 @@ def routes(ctx: ApiContext) -> list[Route]:
                 yield from metric_records(t, picked)
                 yield None
 
-        return JSONStream(latest([(t, list(t.metrics)) for t in m.state.trials.values()]))
+        return JSONStream(latest((t, list(t.metrics)) for t in list(m.state.trials.values())))
 
     async def metric_data_range(request: Request) -> Response:
         try:
@@ -351,7 +352,7 @@ def routes(ctx: ApiContext) -> list[Route]:
         except ValueError as e:
             raise ApiError(400, "min_seq_id and max_seq_id must be integers") from e
         trials = [t for t in m.state.trials.values() if lo <= t.sequence_id <= hi]
-        return JSONStream(_records([(t, list(t.metrics)) for t in trials], None))
+        return JSONStream(_records(((t, list(t.metrics)) for t in trials), None))
 
     async def job_statistics(_: Request) -> Response:
         counts: dict[str, int] = {}

@@ -31,7 +31,7 @@ def finite(value: Any) -> float | None:
 
 
 def _version(t: TrialState) -> tuple[Any, ...]:
-    return (t.status, len(t.metrics), t.started_at, t.ended_at, t.warning_count)
+    return (t.status, t.n_metrics if t.held is None else len(t.held), t.started_at, t.ended_at, t.warning_count)
 
 
 @dataclass
@@ -48,7 +48,11 @@ class MetricScan:
     n_inter: int = 0
 
     def update(self, t: TrialState) -> MetricScan:
-        ms_ = t.metrics
+        if t.held is None:  # the series is in the store: the fold kept its summary
+            self.metrics, self.scanned, self.last = None, 0, None
+            self.final, self.latest, self.n_inter = t.final_m, t.latest_m, t.n_inter
+            return self
+        ms_ = t.held
         n = len(ms_)
         if ms_ is not self.metrics or n < self.scanned or (self.scanned and ms_[self.scanned - 1] is not self.last):
             self.metrics, self.scanned, self.last, self.final, self.latest, self.n_inter = ms_, 0, None, None, None, 0

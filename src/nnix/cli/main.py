@@ -7,6 +7,7 @@ import csv
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -641,21 +642,29 @@ def experiment_export(
     if type_ not in ("csv", "json"):
         raise NnixError(f"--type must be csv or json, got {type_!r}")
     eid, st = _state(experiment_id)
-    rows = []
-    for t in st.trials.values():
-        final = t.final
-        if final is None:
-            continue
-        row: dict[str, Any] = {"parameter": t.params, "value": final.value, "trialJobId": t.trial_id}
-        if intermediate:
-            row["intermediate"] = [m.value for m in t.intermediate]
-        rows.append(row)
-    if type_ == "json":
-        filename.write_text(json.dumps(rows, indent=2))
+
+    def rows(with_intermediate: bool) -> Iterator[dict[str, Any]]:  # one at a time: constant memory
+        for t in list(st.trials.values()):
+            final = t.final
+            if final is None:
+                continue
+            row: dict[str, Any] = {"parameter": t.params, "value": final.value, "trialJobId": t.trial_id}
+            if with_intermediate:  # (an ended trial's series is read from the store here)
+                row["intermediate"] = [m.value for m in t.intermediate]
+            yield row
+
+    n = 0
+    if type_ == "json":  # the bytes of json.dumps(list, indent=2), written a row at a time
+        with open(filename, "w") as f:
+            for r in rows(intermediate):
+                f.write(("[\n" if n == 0 else ",\n") + "\n".join("  " + line for line in
+                                                                 json.dumps(r, indent=2).split("\n")))
+                n += 1
+            f.write("\n]" if n else "[]")
     else:
         pkeys: list[str] = []
         mkeys: list[str] = []
-        for r in rows:
+        for r in rows(False):
             pkeys += [k for k in r["parameter"] if k not in pkeys]
             v = r["value"]
             mkeys += [k for k in (v if isinstance(v, dict) else {"reward": v}) if k not in mkeys]
@@ -663,14 +672,15 @@ def experiment_export(
         with open(filename, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols)
             w.writeheader()
-            for r in rows:
+            for r in rows(intermediate):
                 v = r["value"]
                 metric = v if isinstance(v, dict) else {"reward": v}
                 flat = {**r["parameter"], **metric, "trialJobId": r["trialJobId"]}
                 if intermediate:
                     flat["intermediate"] = json.dumps(r["intermediate"])
                 w.writerow({k: (json.dumps(x) if isinstance(x, (dict, list)) else x) for k, x in flat.items()})
-    typer.echo(f"exported {len(rows)} trials of {eid} to {filename}")
+                n += 1
+    typer.echo(f"exported {n} trials of {eid} to {filename}")
 
 
 @experiment_app.command("import")

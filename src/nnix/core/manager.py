@@ -27,7 +27,7 @@ from nnix.agent.channel import metric_problem
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
-from nnix.core.state import ExperimentState, TrialState, fold_store
+from nnix.core.state import ExperimentState, TrialState, fold_store, write_snapshot
 from nnix.errors import (
     NnixError,
     NoMoreTrialsError,
@@ -64,6 +64,10 @@ log = logging.getLogger("nnix.manager")
 TRIAL_ID_FIRST = string.ascii_letters
 TRIAL_ID_REST = string.ascii_letters + string.digits
 FINISHED = (ExperimentStatus.DONE, ExperimentStatus.STOPPED, ExperimentStatus.ERROR)
+
+
+SNAPSHOT_EVERY_EVENTS = 50_000  # a running manager refreshes the store's snapshot after this many events,
+SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit)
 
 
 def new_trial_id(taken: Callable[[str], bool]) -> str:
@@ -105,6 +109,7 @@ class ExperimentManager:
         self.direction = direction
         self.clock = clock
         self.state: ExperimentState = fold_store(store)
+        self._snapshot_seq, self._snapshot_at = self.state.last_seq, clock()
         self.service = service_factory(self._on_service_event)
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -355,7 +360,7 @@ class ExperimentManager:
         if reason is CancelReason.EARLY_STOP:
             assessor = (self.config.get("assessor") or {})
             name = assessor.get("name") or assessor.get("class_name") or "the assessor"
-            return f"early stopped by the assessor ({name}) after {len(t.intermediate)} intermediate results"
+            return f"early stopped by the assessor ({name}) after {t.n_inter} intermediate results"
         if reason is CancelReason.MAX_TRIAL_DURATION:
             max_d = self.config.get("max_trial_duration")
             limit = f"{max_d:g} s" if isinstance(max_d, (int, float)) else str(max_d)
@@ -409,7 +414,7 @@ class ExperimentManager:
                     params=t.params,
                     status=t.status,
                     value=t.final_value,
-                    intermediate=tuple(v for v in (_scalar(m.value) for m in t.intermediate) if v is not None),
+                    intermediate=tuple(t.inter_values),
                     trial_id=t.trial_id,
                 )
             )
@@ -628,6 +633,7 @@ class ExperimentManager:
                 if now - last_beat >= self._heartbeat and self.state.counting:
                     self.record(ManagerHeartbeat())
                     last_beat = now
+                    self.snapshot(periodic=True)
                 if self._inbox:
                     continue
                 self._wake.clear()
@@ -647,7 +653,24 @@ class ExperimentManager:
             await self.service.close(kill_trials=False)
         if self._failure is not None:
             raise self._failure
+        self.snapshot()
         return self.state.status
+
+    def snapshot(self, periodic: bool = False) -> None:
+        """Keep the folded state in the store (the next manager or CLI replays only what follows it);
+        ``periodic``: only when enough happened since the last one. A failure only costs the next reader a
+        longer fold: logged, never raised."""
+        st = self.state
+        if st.last_seq == self._snapshot_seq or self._failure is not None or (periodic and (
+                st.last_seq - self._snapshot_seq < SNAPSHOT_EVERY_EVENTS
+                or self.clock() - self._snapshot_at < SNAPSHOT_MIN_INTERVAL)):
+            return
+        try:
+            write_snapshot(self.store, st)
+        except StoreError as e:
+            log.warning("snapshot of the state not written (%s): the next start folds more of the log", e.message)
+            return
+        self._snapshot_seq, self._snapshot_at = st.last_seq, self.clock()
 
     def _log_start(self, action: str, port: int | None, host: str) -> None:
         """What this experiment is, in a few lines at the top of each manager session in manager.log."""
@@ -680,6 +703,7 @@ class ExperimentManager:
         while not self._stop_requested:
             self._wake.clear()
             await self._wake.wait()
+        self.snapshot()
         return self.state.status
 
     async def _reattach(self) -> None:

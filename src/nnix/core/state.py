@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from nnix.model.events import (
@@ -25,10 +28,15 @@ from nnix.model.events import (
 )
 from nnix.model.metrics import scalar_value
 from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
-from nnix.store.base import Store, Stored
+from nnix.store.base import Snapshot, Store, Stored
+
+log = logging.getLogger(__name__)
 
 _METRIC_TYPES = {m.value: m for m in MetricType}
 MAX_WARNINGS_KEPT = 20  # messages kept per trial (the count counts them all)
+# metrics of ended trials kept in memory where a store serves series (ExperimentState.loader): the series of
+# trials ending beyond it are dropped (a small experiment holds all of it, a 10M-metric one a bounded part)
+HOLD_ENDED_METRICS = 200_000
 LIMIT_FIELDS = ("trial_concurrency", "max_trial_number", "max_experiment_duration", "search_space")
 
 
@@ -60,14 +68,37 @@ class TrialState:
     exit_code: int | None = None
     message: str = ""
     cancel_reason: CancelReason | None = None
-    metrics: list[Metric] = field(default_factory=list)
+    # the whole series in channel order while held in memory; None once the trial ended in a state that
+    # serves series from its store (``loader``): only the summary below stays (see ExperimentState.loader)
+    held: list[Metric] | None = field(default_factory=list)
     last_index: int = -1  # highest channel line index recorded (or rejected: see TrialWarning)
     warnings: list[str] = field(default_factory=list)  # the latest MAX_WARNINGS_KEPT TrialWarning messages
     warning_count: int = 0  # sum of the TrialWarning counts (lines rejected, processes killed)
+    # the summary of the series, kept by the fold whether the series is held or not
+    final_m: Metric | None = None  # the last FINAL in channel order
+    latest_m: Metric | None = None  # the last intermediate result in channel order
+    n_metrics: int = 0
+    n_inter: int = 0
+    inter_values: array[float] = field(default_factory=lambda: array("d"))  # finite scalar intermediates
+    loader: Callable[[str], list[Metric]] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def metrics(self) -> list[Metric]:
+        """The trial's whole series: held in memory, or read from the store (by its trial index)."""
+        if self.held is not None:
+            return self.held
+        assert self.loader is not None, "a trial's series is dropped only where a loader serves it"
+        return self.loader(self.trial_id)
+
+    @metrics.setter
+    def metrics(self, value: list[Metric]) -> None:
+        self.held = value
 
     @property
     def final(self) -> Metric | None:
-        for m in reversed(self.metrics):
+        if self.held is None:
+            return self.final_m
+        for m in reversed(self.held):
             if m.type is MetricType.FINAL:
                 return m
         return None
@@ -84,6 +115,41 @@ class TrialState:
     @property
     def intermediate(self) -> list[Metric]:
         return [m for m in self.metrics if m.type is MetricType.PERIODICAL]
+
+    def add_metric(self, m: Metric) -> None:
+        """One metric in channel order (a line sent again after a crash, behind later ones, is inserted
+        at its place), with the summary kept current."""
+        periodical = m.type is MetricType.PERIODICAL
+        held = self.held
+        v = finite_scalar(m.value) if periodical else None
+        if m.index > self.last_index or held is None:
+            self.last_index = max(self.last_index, m.index)
+            if held is not None:
+                held.append(m)
+            if v is not None:  # (a dropped series: a late resent line goes last; its place is in the store)
+                self.inter_values.append(v)
+        else:
+            at = len(held)
+            while at > 0 and held[at - 1].index > m.index:
+                at -= 1
+            held.insert(at, m)
+            if v is not None:
+                kept = sum(1 for x in held[:at] if x.type is MetricType.PERIODICAL
+                           and finite_scalar(x.value) is not None)
+                self.inter_values.insert(kept, v)
+        self.n_metrics += 1
+        if periodical:
+            self.n_inter += 1
+            if self.latest_m is None or m.index >= self.latest_m.index:
+                self.latest_m = m
+        elif self.final_m is None or m.index >= self.final_m.index:
+            self.final_m = m
+
+    def reset_series(self) -> None:
+        self.held, self.last_index = [], -1
+        self.final_m = self.latest_m = None
+        self.n_metrics = self.n_inter = 0
+        self.inter_values = array("d")
 
     @property
     def is_active(self) -> bool:
@@ -103,6 +169,10 @@ class ExperimentState:
     end_time: float | None = None
     limits: dict[str, Any] = field(default_factory=dict)
     trials: dict[str, TrialState] = field(default_factory=dict)
+    # set (by fold_store) where a store can serve a trial's series by its index: an ended trial's series
+    # is then dropped from memory and read on demand (100k trials x 100 results do not fit otherwise)
+    loader: Callable[[str], list[Metric]] | None = field(default=None, repr=False, compare=False)
+    held_ended: int = 0  # metrics held by ended trials (see HOLD_ENDED_METRICS)
     imported: list[dict[str, Any]] = field(default_factory=list)
     next_sequence_id: int = 0
     next_parameter_id: int = 0
@@ -190,6 +260,7 @@ class ExperimentState:
                 params=e.params,
                 source=e.source,
                 created_at=ts,
+                loader=self.loader,
             )
             self.next_sequence_id = max(self.next_sequence_id, e.sequence_id + 1)
             if e.parameter_id is not None:
@@ -207,11 +278,16 @@ class ExperimentState:
         elif isinstance(e, TrialEnded):
             t = self.trials[e.trial_id]
             t.status, t.exit_code, t.message, t.ended_at = e.status, e.exit_code, e.message, ts
+            if self.loader is not None and t.held is not None:
+                if self.held_ended + len(t.held) > HOLD_ENDED_METRICS:
+                    t.held = None
+                else:
+                    self.held_ended += len(t.held)
         elif isinstance(e, TrialRequeued):
             t = self.trials[e.trial_id]
             t.status, t.message = TrialStatus.WAITING, e.reason
             t.started_at = t.environment_id = t.output_dir = t.pid = t.pid_start = t.gpus = None
-            t.metrics, t.last_index = [], -1  # the new attempt's channel counts lines from 0 again
+            t.reset_series()  # the new attempt's channel counts lines from 0 again
             # (its warnings stay: they happened)
         elif isinstance(e, TrialWarning):
             t = self.trials[e.trial_id]
@@ -226,15 +302,7 @@ class ExperimentState:
         self, trial_id: str, mtype: MetricType, sequence: int, value: Any, index: int, ts: float
     ) -> None:
         """One metric of a trial (its parameter id is the trial's: not repeated per metric)."""
-        t = self.trials[trial_id]
-        if index > t.last_index:
-            t.metrics.append(Metric(mtype, sequence, value, ts, index))
-            t.last_index = index
-        else:  # a line sent again after a crash, behind later ones: keep the channel's order
-            at = len(t.metrics)
-            while at > 0 and t.metrics[at - 1].index > index:
-                at -= 1
-            t.metrics.insert(at, Metric(mtype, sequence, value, ts, index))
+        self.trials[trial_id].add_metric(Metric(mtype, sequence, value, ts, index))
 
     def apply_metric_row(self, seq: int, ts: float, row: list[Any]) -> None:
         """Fold a stored metric row (see :func:`nnix.model.events.metric_row`) without building the
@@ -274,6 +342,24 @@ class ExperimentState:
         self.session_last = None
 
 
+def finite_scalar(value: Any) -> float | None:
+    """A metric's scalar (see :func:`scalar_value`) when it is finite: what tuners and assessors see."""
+    v = scalar_value(value)
+    return v if v is not None and math.isfinite(v) else None
+
+
+def series(events: Iterable[Stored]) -> list[Metric]:
+    """A trial's series from its MetricReported and TrialRequeued events (what the fold keeps in ``held``)."""
+    t = TrialState("", 0, None, {}, "", 0.0)
+    for s in events:
+        e = s.event
+        if isinstance(e, MetricReported):
+            t.add_metric(Metric(e.type, e.sequence, e.value, s.ts, e.index))
+        elif isinstance(e, TrialRequeued):
+            t.reset_series()
+    return t.held or []
+
+
 def fold(events: Iterable[Stored], state: ExperimentState | None = None) -> ExperimentState:
     state = state or ExperimentState()
     for s in events:
@@ -281,11 +367,101 @@ def fold(events: Iterable[Stored], state: ExperimentState | None = None) -> Expe
     return state
 
 
-def fold_store(store: Store, state: ExperimentState | None = None) -> ExperimentState:
-    """Fold everything in ``store`` after ``state.last_seq``, by the store's fastest way."""
-    state = state or ExperimentState()
-    replay = getattr(store, "replay", None)
-    if replay is not None:
-        replay(state)
-        return state
-    return fold(store.read(state.last_seq), state)
+SERIES_KINDS = ("MetricReported", "TrialRequeued")
+SNAPSHOT_VERSION = 1  # of the format below: a snapshot in another one is rebuilt from the log
+_EXPERIMENT_SKIP = ("trials", "loader", "status")
+
+
+def _metric_out(m: Metric | None) -> list[Any] | None:
+    return None if m is None else [m.type.value, m.sequence, m.value, m.ts, m.index]
+
+
+def _metric_in(x: list[Any] | None) -> Metric | None:
+    return None if x is None else Metric(_METRIC_TYPES[x[0]], x[1], x[2], x[3], x[4])
+
+
+def encode_snapshot(state: ExperimentState) -> bytes:
+    """``state`` as snapshot bytes: JSON of everything but the finite intermediate values, which follow as
+    raw doubles (8 bytes each). Only running and waiting trials take their series with them: an ended
+    trial's is read from the store when asked for (``loader``)."""
+    head = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in _EXPERIMENT_SKIP}
+    head["status"] = state.status.value
+    trials, values = [], array("d")
+    for t in state.trials.values():
+        trials.append([
+            t.trial_id, t.sequence_id, t.parameter_id, t.params, t.source, t.created_at, t.status.value,
+            t.started_at, t.ended_at, t.environment_id, t.output_dir, t.pid, t.pid_start,
+            None if t.gpus is None else list(t.gpus), t.exit_code, t.message,
+            None if t.cancel_reason is None else t.cancel_reason.value,
+            None if t.held is None or t.status.is_terminal else [_metric_out(m) for m in t.held],
+            t.last_index, t.warnings, t.warning_count, _metric_out(t.final_m), _metric_out(t.latest_m),
+            t.n_metrics, t.n_inter, len(t.inter_values),
+        ])
+        values.extend(t.inter_values)
+    text = json.dumps({"experiment": head, "trials": trials}, separators=(",", ":")).encode()
+    return len(text).to_bytes(8, "little") + text + values.tobytes()
+
+
+def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None) -> ExperimentState:
+    """The state :func:`encode_snapshot` wrote (raises on anything malformed)."""
+    n = int.from_bytes(body[:8], "little")
+    doc = json.loads(body[8:8 + n])
+    values = array("d")
+    values.frombytes(body[8 + n:])
+    head = doc["experiment"]
+    state = ExperimentState(**{k: v for k, v in head.items() if k != "status"})
+    state.status = ExperimentStatus(head["status"])
+    state.loader = loader
+    trials = state.trials
+    at = 0
+    statuses = {s.value: s for s in TrialStatus}
+    for (tid, seq_id, pid_, params, source, created, status, started, ended, env, out, pid, pid_start, gpus,
+         code, message, cancel, held, last_index, warnings, warning_count, final_m, latest_m, n_metrics, n_inter,
+         n_values) in doc["trials"]:
+        trials[tid] = TrialState(
+            tid, seq_id, pid_, params, source, created, statuses[status], started, ended, env, out, pid, pid_start,
+            None if gpus is None else tuple(gpus), code, message, None if cancel is None else CancelReason(cancel),
+            None if held is None else [Metric(_METRIC_TYPES[x[0]], x[1], x[2], x[3], x[4]) for x in held],
+            last_index, warnings, warning_count, _metric_in(final_m), _metric_in(latest_m), n_metrics, n_inter,
+            values[at:at + n_values], loader)
+        at += n_values
+    if at != len(values):
+        raise ValueError(f"snapshot holds {len(values)} intermediate values, its trials {at}")
+    return state
+
+
+def write_snapshot(store: Store, state: ExperimentState) -> None:
+    """Keep ``state`` (folded from ``store`` up to ``state.last_seq``) as the store's snapshot."""
+    if state.last_seq > 0:
+        store.write_snapshot(Snapshot(SNAPSHOT_VERSION, state.last_seq, encode_snapshot(state)))
+
+
+def load_snapshot(store: Store, loader: Callable[[str], list[Metric]] | None) -> ExperimentState | None:
+    """The state of the store's snapshot, or None when it has none that matches its log (then the
+    whole log is folded: a snapshot is never trusted blindly)."""
+    snap = store.read_snapshot()
+    if snap is None or snap.version != SNAPSHOT_VERSION:
+        return None
+    try:
+        state = decode_snapshot(snap.body, loader)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        log.warning("the snapshot of this experiment does not decode (%s): folding its whole log", e)
+        return None
+    if state.last_seq != snap.seq:
+        return None
+    return state
+
+
+def fold_store(store: Store, state: ExperimentState | None = None,
+               loader: Callable[[str], list[Metric]] | None = None) -> ExperimentState:
+    """Fold everything in ``store`` after ``state.last_seq``, by the store's fastest way. Without a state,
+    start from the store's snapshot where it has one that matches, and serve ended trials' series from
+    the store (``ExperimentState.loader``; by default, ``store`` itself) rather than hold them all."""
+    if state is None:
+        def from_store(trial_id: str) -> list[Metric]:
+            return series(store.read_trial(trial_id, SERIES_KINDS))
+
+        loader = loader or from_store
+        state = load_snapshot(store, loader) or ExperimentState(loader=loader)
+    store.replay(state, state.last_seq)
+    return state

@@ -1,16 +1,20 @@
-"""The store protocol: two methods and one invariant.
+"""The store protocol: an append-only event log, and one invariant.
 
 Invariant: ``append`` returns only after the events are durable against a crash of this process
 (not necessarily of the machine), and ``read(since)`` returns every event with ``seq > since`` in
 append order. Sequence numbers are positive, strictly increasing and never reused. Several
 processes may append to one store (the CLI writes, e.g., STOPPED for a manager that died).
+
+Besides the log a store keeps at most one *snapshot*: opaque bytes that a reader folded from the log up
+to some ``seq``. The log stays the source of truth: ``read_snapshot`` hands a snapshot back only while
+its checksum and the event it was taken at still match, and a reader rebuilds from the log otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from nnix.model.events import Event
 
@@ -22,6 +26,25 @@ class Stored:
     event: Event
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """State folded from the log up to ``seq`` (inclusive), in a reader-defined ``version`` of format."""
+
+    version: int
+    seq: int
+    body: bytes
+
+
+class Sink(Protocol):
+    """What :meth:`Store.replay` folds events into (an ``ExperimentState``)."""
+
+    def apply(self, stored: Stored) -> None: ...
+
+    def apply_metric_row(self, seq: int, ts: float, row: list[Any]) -> None:
+        """A MetricReported event stored as a metric row (:func:`nnix.model.events.metric_row`)."""
+        ...
+
+
 class Store(Protocol):
     def append(self, events: Sequence[Event]) -> list[Stored]:
         """Append ``events`` atomically (all or none); return them with their seq and timestamp."""
@@ -29,6 +52,23 @@ class Store(Protocol):
 
     def read(self, since: int = 0, kinds: Collection[str] | None = None) -> list[Stored]:
         """Every stored event with ``seq > since`` (only of ``kinds``, if given), oldest first."""
+        ...
+
+    def replay(self, sink: Sink, since: int = 0) -> None:
+        """Fold every event with ``seq > since`` into ``sink``, oldest first, streaming (the same effect
+        as ``sink.apply`` of each of ``read(since)``, by the store's fastest way)."""
+        ...
+
+    def read_trial(self, trial_id: str, kinds: Collection[str]) -> list[Stored]:
+        """The events of ``kinds`` about one trial, oldest first (served by an index: no scan of the log)."""
+        ...
+
+    def write_snapshot(self, snapshot: Snapshot) -> None:
+        """Replace the snapshot, atomically; ``snapshot.seq`` must be an event of the log."""
+        ...
+
+    def read_snapshot(self) -> Snapshot | None:
+        """The snapshot, or None when there is none or it does not match (checksum, the event at its seq)."""
         ...
 
     def close(self) -> None: ...

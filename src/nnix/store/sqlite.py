@@ -13,16 +13,14 @@ import os
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nnix.errors import StoreCorruptError, StoreError, StoreFullError
 from nnix.model.events import Event, decode, encode
-from nnix.store.base import Stored
-
-if TYPE_CHECKING:
-    from nnix.core.state import ExperimentState
+from nnix.store.base import Sink, Snapshot, Stored
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -35,6 +33,24 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_trial ON events(trial_id);
 CREATE INDEX IF NOT EXISTS events_kind ON events(kind);
 """
+
+# One row at most: the snapshot (see nnix.store.base), made in the first write of one (a store from before
+# snapshots simply has none). ``anchor`` fingerprints the event at ``seq`` and ``checksum`` the body: a
+# snapshot whose log was changed or replaced, or whose bytes were damaged, is not handed back.
+SNAPSHOT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS snapshot (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    anchor INTEGER NOT NULL,
+    checksum INTEGER NOT NULL,
+    body BLOB NOT NULL
+)
+"""
+
+
+def _anchor(ts: float, kind: str, body: str) -> int:
+    return zlib.crc32(f"{ts!r}\0{kind}\0{body}".encode())
 
 
 HEADER = b"SQLite format 3\x00"
@@ -221,22 +237,64 @@ class SqliteStore:
             raise store_error(e, self.path, "read") from e
         return out
 
-    def replay(self, state: ExperimentState) -> None:
-        """Fold every event after ``state.last_seq`` into ``state``, streaming; metric rows take a
-        fast path that skips building event objects (a 1M-metric log folds in seconds)."""
+    def replay(self, sink: Sink, since: int = 0) -> None:
+        """Streams the log; metric rows take a fast path that skips building event objects (a 1M-metric
+        log folds in seconds)."""
         try:
-            cur = self._db.execute(
-                "SELECT seq, ts, kind, body FROM events WHERE seq > ? ORDER BY seq", (state.last_seq,)
-            )
+            cur = self._db.execute("SELECT seq, ts, kind, body FROM events WHERE seq > ? ORDER BY seq", (since,))
             loads = json.loads
             while rows := cur.fetchmany(4096):
                 for seq, ts, kind, body in rows:
                     if kind == "MetricReported" and body[0] == "[":
-                        state.apply_metric_row(seq, ts, loads(body))
+                        sink.apply_metric_row(seq, ts, loads(body))
                     else:
-                        state.apply(Stored(seq, ts, decode(kind, body)))
+                        sink.apply(Stored(seq, ts, decode(kind, body)))
         except sqlite3.Error as e:
             raise store_error(e, self.path, "read") from e
+
+    def read_trial(self, trial_id: str, kinds: Collection[str]) -> list[Stored]:
+        query = (f"SELECT seq, ts, kind, body FROM events WHERE trial_id = ? AND kind IN ({','.join('?' * len(kinds))})"
+                 " ORDER BY seq")
+        try:
+            rows = self._db.execute(query, (trial_id, *kinds)).fetchall()
+        except sqlite3.Error as e:
+            raise store_error(e, self.path, "read") from e
+        return [Stored(seq, ts, decode(kind, body)) for seq, ts, kind, body in rows]
+
+    def write_snapshot(self, snapshot: Snapshot) -> None:
+        try:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                at = cur.execute("SELECT ts, kind, body FROM events WHERE seq = ?", (snapshot.seq,)).fetchone()
+                if at is None:
+                    raise StoreError(f"cannot take a snapshot of {self.path} at event {snapshot.seq}: no such event")
+                cur.execute(SNAPSHOT_SCHEMA)
+                cur.execute("INSERT OR REPLACE INTO snapshot(id, version, seq, anchor, checksum, body) "
+                            "VALUES (1, ?, ?, ?, ?, ?)",
+                            (snapshot.version, snapshot.seq, _anchor(*at), zlib.crc32(snapshot.body), snapshot.body))
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise store_error(e, self.path, "write to") from e
+
+    def read_snapshot(self) -> Snapshot | None:
+        try:
+            if self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshot'").fetchone() \
+                    is None:
+                return None
+            row = self._db.execute("SELECT version, seq, anchor, checksum, body FROM snapshot WHERE id = 1").fetchone()
+            if row is None:
+                return None
+            version, seq, anchor, checksum, body = row
+            at = self._db.execute("SELECT ts, kind, body FROM events WHERE seq = ?", (seq,)).fetchone()
+        except sqlite3.Error as e:
+            raise store_error(e, self.path, "read") from e
+        if at is None or _anchor(*at) != anchor or not isinstance(body, bytes) or zlib.crc32(body) != checksum:
+            return None
+        return Snapshot(int(version), int(seq), body)
 
     def count(self, kind: str) -> int:
         """How many events of ``kind`` the log holds (a fast query for listings)."""
