@@ -90,6 +90,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _REDRAWS = 3  # extra TPE draws (fresh random streams) when a discrete space repeats a point
 _RANDOM_DRAWS = 8  # then random draws, then the grid
 _TRUNC_TRIES = 32  # rejection rounds when sampling a truncated normal (then clip)
+BAD_WINDOW = 1024  # see TpeSettings.bad_window; proposals below this many bad observations are unchanged
 _PENDING = frozenset(s for s in TrialStatus if not s.is_terminal)  # trials that get a constant liar
 
 
@@ -141,6 +142,7 @@ class TpeSettings:
     clip_by_all: bool = True  # narrowest kernel: range / min(100, n + 2), n = all observations, not one set's
     prior_in_gaps: bool = False  # the prior centre counts as a neighbour (hyperopt)
     ordinal_randint: bool = True  # randint as an ordered integer, not as categories
+    bad_window: int = BAD_WINDOW  # the bad mixture stands on at most this many observations (_bad_window)
 
     @classmethod
     def from_args(cls, args: TpeArgs) -> TpeSettings:
@@ -222,7 +224,8 @@ class _EncodedHistory:
         records = history if isinstance(history, tuple) else tuple(history)
         n, n_old = len(records), len(self._records)
         n_rows = n_facts = n_old
-        if not (self.encoding is enc and n >= n_old and all(map(operator.is_, records, self._records))):
+        # one C-level pass (identity first, equality of the frozen records otherwise)
+        if not (self.encoding is enc and n >= n_old and records[:n_old] == self._records):
             n_facts = 0
             params = [r.params for r in records[:n_old]]
             old = [r.params for r in self._records]
@@ -292,6 +295,43 @@ def _forgetting_weights(n: int, lf: int) -> Array:
     if n <= lf:
         return np.ones(n)
     return np.concatenate([np.linspace(1.0 / n, 1.0, num=n - lf), np.ones(lf)])
+
+
+def _forgetting_sum(n: int, lf: int, k: IntArray) -> Array:
+    """``sum(_forgetting_weights(n, lf)[:k])`` for each ``k``, in closed form (the ramp is linear)."""
+    ramp = n - lf  # how many weigh less than 1: a ramp from 1/n up to 1
+    kf = k.astype(np.float64)
+    if ramp <= 0:
+        return kf
+    r = np.minimum(kf, ramp)
+    step = (1.0 - 1.0 / n) / (ramp - 1) if ramp > 1 else 0.0
+    return r / n + step * r * (r - 1.0) / 2.0 + (kf - r)
+
+
+def _bad_window(idx: IntArray, lf: int, window: int) -> tuple[IntArray, Array]:
+    """At most ``window`` of the bad observations at ``idx`` (history order) with their weights, standing
+    for all of them: the newest ``window // 2`` as they are, with their forgetting weights, and one per
+    stratum of the older ones (``window - window // 2`` strata of consecutive observations, nearly equal in
+    size), the middle one, weighing what its whole stratum weighs. The mixture keeps its total weight
+    and, per stratum, where that weight sits in history order; the older part is thinned evenly, never
+    by value. Work: O(window), besides ``idx``.
+    """
+    n = idx.size
+    recent = window // 2
+    old = n - recent
+    strata = window - recent
+    bounds = (np.arange(strata + 1, dtype=np.int64) * old) // strata  # strictly increasing: old > strata
+    middle = (bounds[:-1] + bounds[1:]) // 2
+    picked = np.concatenate([idx[middle], idx[old:]])
+    cut = np.concatenate([bounds, np.arange(old + 1, n + 1, dtype=np.int64)])
+    return picked, np.diff(_forgetting_sum(n, lf, cut))
+
+
+def _rows_of(obs: Array, which: Array | BoolArray, out: Array) -> Array:
+    """The rows of ``obs`` picked by a mask or by indices, into ``out``."""
+    if which.dtype == np.bool_:
+        return np.compress(which, obs, axis=0, out=out)
+    return np.take(obs, which, axis=0, out=out)
 
 
 def _smallest(a: Array, k: int) -> BoolArray:
@@ -562,7 +602,7 @@ class TpeTuner:
                 break
             self._dedup.take(params)
             out.append(params)
-            if liar is not None:
+            if liar is not None and len(out) < len(parameter_ids):
                 obs_rows = np.vstack([obs_rows, enc.encode(params)[None, :]])
                 obs_loss = np.append(obs_loss, liar)
                 real = np.append(real, False)
@@ -632,10 +672,15 @@ class TpeTuner:
             bad = members & ~data.good
             n_bad = int(np.count_nonzero(bad))
             w_good = _forgetting_weights(int(np.count_nonzero(good)), s.linear_forgetting)
-            w_bad = _forgetting_weights(n_bad, s.linear_forgetting)
+            bad_rows: Array | BoolArray = bad
+            if n_bad > s.bad_window:
+                bad_rows, w_bad = _bad_window(np.flatnonzero(bad), s.linear_forgetting, s.bad_window)
+                n_bad = bad_rows.size
+            else:
+                w_bad = _forgetting_weights(n_bad, s.linear_forgetting)
             for positions, block in enc.blocks(group, s.multivariate):
                 obs = values if len(positions) == values.shape[1] else values[:, positions]
-                bad_obs = np.compress(bad, obs, axis=0, out=self._scratch.get("bad", n_bad, obs.shape[1]))
+                bad_obs = _rows_of(obs, bad_rows, self._scratch.get("bad", n_bad, obs.shape[1]))
                 l_mix = _Mixture(block, obs[good], w_good, s, n_members, self._scratch, "l")
                 g_mix = _Mixture(block, bad_obs, w_bad, s, n_members, self._scratch, "g")
                 x, cats = l_mix.sample(rng, s.n_candidates)
