@@ -36,7 +36,7 @@ import numpy as np
 from nnix.errors import NoMoreTrialsError
 from nnix.model.trials import Direction
 from nnix.space import Key, Param, Params, SearchSpace, sample
-from nnix.tuners.base import TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import TunerArgs, TunerContext
 from nnix.tuners.dedup import Deduplicator
 from nnix.tuners.tpe import HyperoptArgs
 
@@ -44,8 +44,6 @@ __all__ = ["AnnealTuner"]
 
 AVG_BEST_RANK = 2.0  # mean rank of the trial a proposal starts from (0 = the best)
 SHRINK = 0.1  # neighbourhood shrink per observation of a parameter
-_REDRAWS = 3  # extra annealing draws when a discrete space repeats a point
-_RANDOM_DRAWS = 8  # then random draws, then the grid
 
 
 def _active_nested(params: Sequence[Param], values: Any, counts: Counter[Key], top: bool = True) -> None:
@@ -157,21 +155,13 @@ class AnnealTuner:
         ranked: Sequence[tuple[float, int, Params]],
         counts: Counter[Key],
     ) -> Params | None:
-        for stream in range(1 + _REDRAWS):
-            rng = rng_for(seed, pid, stream)
+        def draw(rng: np.random.Generator) -> Params:
             if not ranked:
-                params = sample(space, rng)
-            else:
-                rank = min(int(rng.geometric(1.0 / (1.0 + AVG_BEST_RANK))) - 1, len(ranked) - 1)
-                params = _anneal_level(space.params, ranked[rank][2], counts, rng)
-            if self._dedup.is_new(params):
-                return params
-        rng = rng_for(seed, pid, 1 + _REDRAWS)
-        for _ in range(_RANDOM_DRAWS):
-            params = sample(space, rng)
-            if self._dedup.is_new(params):
-                return params
-        return self._dedup.next_unseen()
+                return sample(space, rng)
+            rank = min(int(rng.geometric(1.0 / (1.0 + AVG_BEST_RANK))) - 1, len(ranked) - 1)
+            return _anneal_level(space.params, ranked[rank][2], counts, rng)
+
+        return self._dedup.first_new(space, seed, pid, draw)
 
 
 def _anneal_level(params: Sequence[Param], start: Any, counts: Counter[Key], rng: np.random.Generator) -> Params:

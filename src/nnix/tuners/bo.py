@@ -34,7 +34,7 @@ from scipy.special import ndtr
 
 from nnix.errors import NoMoreTrialsError, SearchSpaceError
 from nnix.model.trials import Direction, TrialRecord
-from nnix.space import Params, SearchSpace, sample
+from nnix.space import Params, SearchSpace
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
 from nnix.tuners.transform import SpaceTransform, unsupported
@@ -80,7 +80,6 @@ LOCAL_SCALE = 0.05  # ... with this standard deviation in the unit cube
 STARTS_CAP = 5  # L-BFGS-B refinements (selection_num_starting_points is capped to this)
 LOCAL_ITERATIONS = 30  # iterations of each refinement
 MIN_OBSERVATIONS = 2  # the model needs at least this many observations, whatever cold_start_num says
-_RANDOM_DRAWS = 8  # random draws per random proposal before falling back to the grid (discrete spaces)
 
 GP_TYPES = frozenset({"choice", "randint", "uniform", "quniform", "loguniform", "qloguniform"})
 
@@ -357,12 +356,7 @@ def select_new(enc: UnitEncoding, candidates: Array, dedup: Deduplicator, limit:
 
 def propose_random(space: SearchSpace, seed: int, pid: int, dedup: Deduplicator) -> Params | None:
     """A random point (NNI's warm-up), new to the history when duplicates are possible."""
-    rng = rng_for(seed, pid)
-    for _ in range(_RANDOM_DRAWS):
-        params = sample(space, rng)
-        if dedup.is_new(params):
-            return params
-    return dedup.next_unseen()
+    return dedup.first_new(space, seed, pid)
 
 
 def single_threaded_blas() -> contextlib.AbstractContextManager[object]:

@@ -35,16 +35,14 @@ from pydantic import Field
 
 from nnix.errors import NoMoreTrialsError
 from nnix.model.trials import Direction
-from nnix.space import Param, Params, SearchSpace, contains, sample
+from nnix.space import Param, Params, SearchSpace, contains
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
+from nnix.tuners.dedup import REDRAWS, Deduplicator
 
 __all__ = ["EvolutionArgs", "EvolutionTuner"]
 
 _TOURNAMENT = 1  # random stream of a proposal's tournament
 _MUTATION = 2  # random streams of its mutations start here
-_REDRAWS = 3  # extra mutations when a discrete space repeats a point
-_RANDOM_DRAWS = 8  # then random draws, then the grid
 
 
 class EvolutionArgs(TunerArgs):
@@ -105,17 +103,12 @@ class Breeder:
     _dedup: Deduplicator
 
     def _random(self, space: SearchSpace, seed: int, pid: int) -> Params | None:
-        rng = rng_for(seed, pid)
-        for _ in range(_RANDOM_DRAWS):
-            params = sample(space, rng)
-            if self._dedup.is_new(params):
-                return params
-        return self._dedup.next_unseen()
+        return self._dedup.first_new(space, seed, pid)
 
     def _evolve(self, space: SearchSpace, parent: Any, seed: int, pid: int) -> Params | None:
         if not isinstance(parent, Mapping) or not contains(space, parent):
             return self._random(space, seed, pid)  # a foreign parent (e.g. the space was updated)
-        for stream in range(_MUTATION, _MUTATION + 1 + _REDRAWS):
+        for stream in range(_MUTATION, _MUTATION + 1 + REDRAWS):
             params = _mutate(space, dict(parent), rng_for(seed, pid, stream))
             if self._dedup.is_new(params):
                 return params

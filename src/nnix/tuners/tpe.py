@@ -75,9 +75,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from nnix.errors import NoMoreTrialsError
 from nnix.model.status import TrialStatus
 from nnix.model.trials import Direction, TrialRecord
-from nnix.space import Params, SearchSpace, sample
-from nnix.tuners.base import TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
+from nnix.space import Params, SearchSpace
+from nnix.tuners.base import TunerArgs, TunerContext
+from nnix.tuners.dedup import Deduplicator, extends_records
 from nnix.tuners.transform import Column, Group, SpaceTransform
 
 __all__ = ["HyperoptArgs", "TpeArgs", "TpeLegacyTuner", "TpeSettings", "TpeTuner", "TpeTunerArgs"]
@@ -87,8 +87,6 @@ IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
-_REDRAWS = 3  # extra TPE draws (fresh random streams) when a discrete space repeats a point
-_RANDOM_DRAWS = 8  # then random draws, then the grid
 _TRUNC_TRIES = 32  # rejection rounds when sampling a truncated normal (then clip)
 BAD_WINDOW = 1024  # see TpeSettings.bad_window; proposals below this many bad observations are unchanged
 _PENDING = frozenset(s for s in TrialStatus if not s.is_terminal)  # trials that get a constant liar
@@ -224,8 +222,9 @@ class _EncodedHistory:
         records = history if isinstance(history, tuple) else tuple(history)
         n, n_old = len(records), len(self._records)
         n_rows = n_facts = n_old
-        # one C-level pass (identity first, equality of the frozen records otherwise)
-        if not (self.encoding is enc and n >= n_old and records[:n_old] == self._records):
+        # the same records as before (a caller that keeps its records): one C-level pass
+        same = n_old == 0 or (n >= n_old and records[n_old - 1] is self._records[-1])
+        if not (self.encoding is enc and same and extends_records(self._records, records)):
             n_facts = 0
             params = [r.params for r in records[:n_old]]
             old = [r.params for r in self._records]
@@ -327,11 +326,11 @@ def _bad_window(idx: IntArray, lf: int, window: int) -> tuple[IntArray, Array]:
     return picked, np.diff(_forgetting_sum(n, lf, cut))
 
 
-def _rows_of(obs: Array, which: Array | BoolArray, out: Array) -> Array:
+def _rows_of(obs: Array, which: IntArray | BoolArray, out: Array) -> Array:
     """The rows of ``obs`` picked by a mask or by indices, into ``out``."""
     if which.dtype == np.bool_:
-        return np.compress(which, obs, axis=0, out=out)
-    return np.take(obs, which, axis=0, out=out)
+        return np.compress(which.astype(np.bool_, copy=False), obs, axis=0, out=out)
+    return np.take(obs, which.astype(np.int64, copy=False), axis=0, out=out)
 
 
 def _smallest(a: Array, k: int) -> BoolArray:
@@ -638,19 +637,13 @@ class TpeTuner:
     ) -> Params | None:
         good = _smallest(loss, self.settings.n_good(loss.size))
         data = _Data(rows, loss, real, good)
-        for stream in range(1 + _REDRAWS):
-            rng = rng_for(seed, pid, stream)
+
+        def draw(rng: np.random.Generator) -> Params:
             row = np.full(enc.width, math.nan)
             self._sample_group(enc, enc.top, data, np.ones(loss.size, dtype=bool), rng, row)
-            params = enc.decode(row)
-            if self._dedup.is_new(params):
-                return params
-        rng = rng_for(seed, pid, 1 + _REDRAWS)
-        for _ in range(_RANDOM_DRAWS):
-            params = sample(space, rng)
-            if self._dedup.is_new(params):
-                return params
-        return self._dedup.next_unseen()
+            return enc.decode(row)
+
+        return self._dedup.first_new(space, seed, pid, draw)
 
     def _sample_group(
         self, enc: _Encoding, group: Group, data: _Data, active: BoolArray, rng: np.random.Generator, row: Array
@@ -672,7 +665,7 @@ class TpeTuner:
             bad = members & ~data.good
             n_bad = int(np.count_nonzero(bad))
             w_good = _forgetting_weights(int(np.count_nonzero(good)), s.linear_forgetting)
-            bad_rows: Array | BoolArray = bad
+            bad_rows: IntArray | BoolArray = bad
             if n_bad > s.bad_window:
                 bad_rows, w_bad = _bad_window(np.flatnonzero(bad), s.linear_forgetting, s.bad_window)
                 n_bad = bad_rows.size
