@@ -33,7 +33,6 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from nnix.errors import NoMoreTrialsError
 from nnix.model.trials import Direction
 from nnix.space import Key, Param, Params, SearchSpace, sample
 from nnix.tuners.base import TunerArgs, TunerContext
@@ -130,21 +129,14 @@ class AnnealTuner:
         out: list[Params] = []
         for pid in parameter_ids:
             params = self._one(space, seed, pid, ranked, counts)
-            if params is None:
+            if not self._dedup.accept(out, params):
                 break
-            self._dedup.take(params)
-            out.append(params)
+            assert params is not None
             if liar is not None:
                 ranked.append((liar, len(ctx.history) + len(pending) + len(out), params))
                 ranked.sort(key=lambda t: (t[0], t[1]))
                 counts.update(p.key for p in space.params)
                 _active_nested(space.params, params, counts)
-        if not out:
-            raise NoMoreTrialsError(
-                "search space fully explored",
-                "every point of this discrete search space has been tried; "
-                "widen the search space or stop the experiment",
-            )
         return out
 
     def _one(

@@ -32,11 +32,11 @@ from scipy.linalg import LinAlgError
 from scipy.optimize import minimize
 from scipy.special import ndtr
 
-from nnix.errors import NoMoreTrialsError, SearchSpaceError
+from nnix.errors import SearchSpaceError
 from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
+from nnix.tuners.dedup import Deduplicator, exhausted
 from nnix.tuners.transform import SpaceTransform, unsupported
 
 __all__ = [
@@ -374,13 +374,6 @@ def single_threaded_blas() -> contextlib.AbstractContextManager[object]:
     return limits
 
 
-def exhausted() -> NoMoreTrialsError:
-    return NoMoreTrialsError(
-        "search space fully explored",
-        "every point of this discrete search space has been tried; widen the search space or stop the experiment",
-    )
-
-
 # --------------------------------------------------------------------------------------------------
 # the skeleton
 
@@ -468,12 +461,9 @@ class BayesianTuner(Generic[A, M]):
                 params = propose_random(ctx.space, seed, pid, self._dedup)
             else:
                 params = self.propose(model, Step(enc, obs, tuple(fantasies), liar, seed, pid))
-            if params is None:
-                if not out:
-                    raise exhausted()
+            if not self._dedup.accept(out, params):
                 break
-            self._dedup.take(params)
-            out.append(params)
+            assert params is not None
             u = enc.encode(params)
             if u is not None:
                 fantasies.append(u)

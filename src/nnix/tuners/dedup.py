@@ -27,11 +27,21 @@ from typing import cast
 
 import numpy as np
 
+from nnix.errors import NoMoreTrialsError
 from nnix.model.trials import TrialRecord
 from nnix.space import Key, Param, Params, SearchSpace, duplicates_possible, grid, key, sample
 from nnix.tuners.base import TunerContext, rng_for
 
-__all__ = ["RANDOM_DRAWS", "REDRAWS", "Deduplicator", "GridCursor", "GridIndex", "SeenKeys", "extends_records"]
+__all__ = [
+    "RANDOM_DRAWS",
+    "REDRAWS",
+    "Deduplicator",
+    "GridCursor",
+    "GridIndex",
+    "SeenKeys",
+    "exhausted",
+    "extends_records",
+]
 
 REDRAWS = 3  # extra draws of a tuner's own method (fresh random streams) when a discrete space repeats a point
 RANDOM_DRAWS = 8  # then random draws, then the grid
@@ -201,6 +211,14 @@ class GridCursor:
         return None
 
 
+def exhausted() -> NoMoreTrialsError:
+    """The error of a tuner whose discrete search space has no new point left."""
+    return NoMoreTrialsError(
+        "search space fully explored",
+        "every point of this discrete search space has been tried; widen the search space or stop the experiment",
+    )
+
+
 class Deduplicator:
     """The keys seen in a history plus those taken in the current batch, and a grid to fall back on."""
 
@@ -265,6 +283,17 @@ class Deduplicator:
             if self.is_new(params):
                 return params
         return self.next_unseen()
+
+    def accept(self, out: list[Params], params: Params | None) -> bool:
+        """Add ``params`` to the batch ``out`` (and take it). None means the space is exhausted: False,
+        to end the batch, or :class:`~nnix.errors.NoMoreTrialsError` when the batch is still empty."""
+        if params is None:
+            if not out:
+                raise exhausted()
+            return False
+        self.take(params)
+        out.append(params)
+        return True
 
     def next_unseen(self) -> Params | None:
         """The first grid point neither seen nor taken (not yet taken: call :meth:`take`); None if none."""

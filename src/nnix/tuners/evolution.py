@@ -33,7 +33,6 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from nnix.errors import NoMoreTrialsError
 from nnix.model.trials import Direction
 from nnix.space import Param, Params, SearchSpace, contains
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
@@ -115,13 +114,6 @@ class Breeder:
         return self._random(space, seed, pid)
 
 
-def space_exhausted() -> NoMoreTrialsError:
-    return NoMoreTrialsError(
-        "search space fully explored",
-        "every point of this discrete search space has been tried; widen the search space or stop the experiment",
-    )
-
-
 class EvolutionTuner(Breeder):
     """NNI's evolution tuner; see the module docstring."""
 
@@ -176,12 +168,8 @@ class EvolutionTuner(Breeder):
             else:
                 position = _tournament(population, self._tournament_draws(seed, pid))
                 params = self._evolve(space, ctx.history[position].params, seed, pid)
-            if params is None:
-                if not out:
-                    raise space_exhausted()
+            if not self._dedup.accept(out, params):
                 break
-            self._dedup.take(params)
-            out.append(params)
             live += 1
             pending += 1
         return out

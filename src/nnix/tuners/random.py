@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
-from nnix.errors import NoMoreTrialsError
 from nnix.space import Params, sample
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import RANDOM_DRAWS, Deduplicator
@@ -42,15 +41,6 @@ class RandomTuner:
             return [sample(space, rng_for(seed, pid)) for pid in parameter_ids]
         out: list[Params] = []
         for pid in parameter_ids:
-            params = self._dedup.first_new(space, seed, pid)
-            if params is None:
+            if not self._dedup.accept(out, self._dedup.first_new(space, seed, pid)):
                 break
-            self._dedup.take(params)
-            out.append(params)
-        if parameter_ids and not out:
-            raise NoMoreTrialsError(
-                "search space fully explored",
-                "every point of this discrete search space has been tried; "
-                "widen the search space or stop the experiment",
-            )
         return out

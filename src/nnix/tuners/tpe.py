@@ -72,7 +72,6 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
-from nnix.errors import NoMoreTrialsError
 from nnix.model.status import TrialStatus
 from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace
@@ -597,20 +596,13 @@ class TpeTuner:
         out: list[Params] = []
         for pid in parameter_ids:
             params = self._one(enc, ctx.space, seed, pid, obs_rows, obs_loss, real)
-            if params is None:
+            if not self._dedup.accept(out, params):
                 break
-            self._dedup.take(params)
-            out.append(params)
+            assert params is not None
             if liar is not None and len(out) < len(parameter_ids):
                 obs_rows = np.vstack([obs_rows, enc.encode(params)[None, :]])
                 obs_loss = np.append(obs_loss, liar)
                 real = np.append(real, False)
-        if not out:
-            raise NoMoreTrialsError(
-                "search space fully explored",
-                "every point of this discrete search space has been tried; "
-                "widen the search space or stop the experiment",
-            )
         return out
 
     def _liar_value(self, losses: Array) -> float | None:
