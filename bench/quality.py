@@ -371,8 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         for done, (tuner, problem, _seed, curve, took) in enumerate(pool.map(_job, jobs), 1):
             if done % max(1, len(jobs) // 20) == 0 or done == len(jobs):  # progress, on stderr
                 spent = time.perf_counter() - t0
-                print(f"  {done}/{len(jobs)} runs, {spent:.0f} s, about {spent / done * (len(jobs) - done):.0f} s "
-                      "left", file=sys.stderr, flush=True)
+                print(
+                    f"  {done}/{len(jobs)} runs, {spent:.0f} s, about {spent / done * (len(jobs) - done):.0f} s left",
+                    file=sys.stderr,
+                    flush=True,
+                )
             seconds[tuner] = seconds.get(tuner, 0.0) + took
             if isinstance(curve, str):
                 failed[(tuner, problem)] = curve
@@ -428,8 +431,10 @@ def window_effect(a: argparse.Namespace) -> int:
     problems = [p.strip() for p in a.problems.split(",") if p.strip() and not PROBLEMS[p.strip()].ml]
     variants = [f"{WINDOWED}all", *(f"{WINDOWED}{int(w)}" for w in a.tpe_window.split(","))]
     jobs = [(v, p, s, max(budgets)) for p in problems for v in variants for s in range(a.seeds)]
-    print(f"TPE window effect: {len(jobs)} runs ({len(variants)} variants x {len(problems)} problems x {a.seeds} "
-          f"seeds) on {a.jobs} workers")
+    print(
+        f"TPE window effect: {len(jobs)} runs ({len(variants)} variants x {len(problems)} problems x {a.seeds} "
+        f"seeds) on {a.jobs} workers"
+    )
     t0 = time.perf_counter()
     curves: dict[tuple[str, str], list[list[float]]] = {}
     seconds: dict[str, float] = {}
@@ -442,8 +447,10 @@ def window_effect(a: argparse.Namespace) -> int:
             seconds[variant] = seconds.get(variant, 0.0) + took
     print(f"done in {time.perf_counter() - t0:.0f} s")
     for n in budgets:
-        print(f"\nmedian best after {n} trials ({a.seeds} seeds; lower is better); in brackets the median gap to "
-              "the optimum relative to no window (1.00 = the same)")
+        print(
+            f"\nmedian best after {n} trials ({a.seeds} seeds; lower is better); in brackets the median gap to "
+            "the optimum relative to no window (1.00 = the same)"
+        )
         print(f"{'problem':<12} {'optimum':>9} " + " ".join(f"{v:>18}" for v in variants))
         for p in problems:
             opt = PROBLEMS[p].optimum or 0.0

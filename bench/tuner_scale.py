@@ -138,8 +138,17 @@ def worker(sizes: list[int], reps: int, tuners: list[str]) -> dict[str, Any]:
 
 def _run(src: Path, sizes: list[int], reps: int, tuners: list[str]) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, __file__, "--worker", "--sizes", ",".join(map(str, sizes)), "--reps", str(reps),
-           "--tuners", ",".join(tuners)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--sizes",
+        ",".join(map(str, sizes)),
+        "--reps",
+        str(reps),
+        "--tuners",
+        ",".join(tuners),
+    ]
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -166,17 +175,21 @@ def main(argv: list[str] | None = None) -> int:
     new = _run(here, sizes, a.reps, tuners)
     old = None if a.no_base or not Path(a.base).is_dir() else _run(Path(a.base), sizes, a.reps, tuners)
     print(f"measured in {time.perf_counter() - t0:.0f} s\n")
-    print(f"{'tuner':<10} {'history':>8} {'new ms':>9} {'wall ms':>9} {'old ms':>9} {'old/new':>8} {'goal':>12}"
-          f" {'1st new':>9} {'1st old':>9}")
+    print(
+        f"{'tuner':<10} {'history':>8} {'new ms':>9} {'wall ms':>9} {'old ms':>9} {'old/new':>8} {'goal':>12}"
+        f" {'1st new':>9} {'1st old':>9}"
+    )
     for name in tuners:
         for n in sizes:
             f = new[name][str(n)]
             o = old[name][str(n)] if old else None
             goal = GOALS_MS.get((name, n))
             goal_s = f"{f['cpu_ms'] / goal:.2f}x of {goal:g}" if goal else ""
-            print(f"{name:<10} {f['history']:>8} {f['cpu_ms']:>9.3f} {f['wall_ms']:>9.3f} "
-                  f"{o['cpu_ms'] if o else math.nan:>9.3f} {o['cpu_ms'] / f['cpu_ms'] if o else math.nan:>8.1f} "
-                  f"{goal_s:>12} {f['first_ms']:>9.1f} {o['first_ms'] if o else math.nan:>9.1f}")
+            print(
+                f"{name:<10} {f['history']:>8} {f['cpu_ms']:>9.3f} {f['wall_ms']:>9.3f} "
+                f"{o['cpu_ms'] if o else math.nan:>9.3f} {o['cpu_ms'] / f['cpu_ms'] if o else math.nan:>8.1f} "
+                f"{goal_s:>12} {f['first_ms']:>9.1f} {o['first_ms'] if o else math.nan:>9.1f}"
+            )
         lo, hi = new[name][str(sizes[0])]["cpu_ms"], new[name][str(sizes[-1])]["cpu_ms"]
         growth = f"growth {sizes[-1] // 1000}k/{sizes[0] // 1000}k: new {hi / lo:.2f}"
         if old:

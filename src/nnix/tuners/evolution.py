@@ -173,4 +173,3 @@ class EvolutionTuner(Breeder):
             live += 1
             pending += 1
         return out
-

@@ -16,6 +16,7 @@ from nnix.tuners.dedup import Deduplicator, GridCursor, GridIndex, SeenKeys
 
 __all__ = ["GridCursor", "GridIndex", "GridSearchArgs", "GridSearchTuner", "SeenKeys"]
 
+
 class GridSearchArgs(TunerArgs):
     optimize_mode: Literal["maximize", "minimize"] | None = None  # accepted as NNI does, and ignored
 
