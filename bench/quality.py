@@ -208,7 +208,7 @@ def make_tuner(cls: type[Any]) -> Any:
     return cls(args_model.model_validate(raw))
 
 
-def run_nnix(name: str, problem: str, seed: int, n: int) -> list[float] | str:
+def run_nnix(name: str, problem: str, seed: int, n: int, factory: Callable[[], Any] | None = None) -> list[float] | str:
     """Best-so-far after each trial (shorter if the tuner stops early), or why it could not run."""
     from nnix.core.status import TrialStatus
     from nnix.errors import NoMoreTrialsError
@@ -219,7 +219,7 @@ def run_nnix(name: str, problem: str, seed: int, n: int) -> list[float] | str:
     prob = PROBLEMS[problem]
     space = SearchSpace.from_json(prob.space)
     try:
-        tuner = make_tuner(resolve("tuner", AlgorithmRef(name=name)))
+        tuner = factory() if factory is not None else make_tuner(resolve("tuner", AlgorithmRef(name=name)))
     except Exception as e:
         return f"cannot build: {type(e).__name__}: {e}"
     history: list[TrialRecord] = []
@@ -278,10 +278,34 @@ def run_optuna(problem: str, seed: int, n: int) -> list[float]:
     return curve
 
 
+WINDOWED = "tpe@"  # "tpe@W": nnix TPE whose bad mixture stands on at most W observations ("tpe@all": no window)
+
+
+def run_tpe_window(window: int | None, problem: str, seed: int, n: int) -> list[float] | str:
+    """:func:`run_nnix` for TPE with its bad-observation window set to ``window`` (None: no window)."""
+    from dataclasses import replace
+
+    from nnix.tuners.tpe import TpeTuner, TpeTunerArgs
+
+    def make() -> Any:
+        tuner = TpeTuner(TpeTunerArgs(optimize_mode="minimize"))
+        tuner.settings = replace(tuner.settings, bad_window=window if window is not None else sys.maxsize)
+        return tuner
+
+    return run_nnix("tpe", problem, seed, n, make)
+
+
 def _job(args: tuple[str, str, int, int]) -> tuple[str, str, int, list[float] | str, float]:
     tuner, problem, seed, n = args
     t0 = time.perf_counter()
-    result: list[float] | str = run_optuna(problem, seed, n) if tuner == OPTUNA else run_nnix(tuner, problem, seed, n)
+    result: list[float] | str
+    if tuner == OPTUNA:
+        result = run_optuna(problem, seed, n)
+    elif tuner.startswith(WINDOWED):
+        w = tuner[len(WINDOWED) :]
+        result = run_tpe_window(None if w == "all" else int(w), problem, seed, n)
+    else:
+        result = run_nnix(tuner, problem, seed, n)
     return tuner, problem, seed, result, time.perf_counter() - t0
 
 
@@ -303,7 +327,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ml-trials", default="50", help="trial budgets for the ML task (default 50; it is slow)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     ap.add_argument("--no-optuna", action="store_true", help="skip the Optuna baseline")
+    ap.add_argument(
+        "--tpe-window",
+        default=None,
+        help="instead: the effect of TPE's bad-observation window, e.g. 16,64,256 (each against no window; "
+        "try --trials 500 --problems branin,mixed)",
+    )
     a = ap.parse_args(argv)
+    if a.tpe_window:
+        return window_effect(a)
 
     budgets = sorted({int(x) for x in a.trials.split(",")})
     ml_budgets = sorted({int(x) for x in a.ml_trials.split(",")})
@@ -339,8 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         for done, (tuner, problem, _seed, curve, took) in enumerate(pool.map(_job, jobs), 1):
             if done % max(1, len(jobs) // 20) == 0 or done == len(jobs):  # progress, on stderr
                 spent = time.perf_counter() - t0
-                print(f"  {done}/{len(jobs)} runs, {spent:.0f} s, about {spent / done * (len(jobs) - done):.0f} s "
-                      "left", file=sys.stderr, flush=True)
+                print(
+                    f"  {done}/{len(jobs)} runs, {spent:.0f} s, about {spent / done * (len(jobs) - done):.0f} s left",
+                    file=sys.stderr,
+                    flush=True,
+                )
             seconds[tuner] = seconds.get(tuner, 0.0) + took
             if isinstance(curve, str):
                 failed[(tuner, problem)] = curve
@@ -387,6 +422,49 @@ def main(argv: list[str] | None = None) -> int:
         extra = f" (Optuna TPE {_fmt(optuna_headline)}; optimum 0.3979)" if optuna_headline is not None else ""
         print(f"Branin@50 nnix TPE median best: {_fmt(headline)}{extra}")
     print("\nCPU seconds per tuner (all runs): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(seconds.items())))
+    return 0
+
+
+def window_effect(a: argparse.Namespace) -> int:
+    """Median best of TPE with each bad-observation window against TPE without one, same seeds."""
+    budgets = sorted({int(x) for x in a.trials.split(",")})
+    problems = [p.strip() for p in a.problems.split(",") if p.strip() and not PROBLEMS[p.strip()].ml]
+    variants = [f"{WINDOWED}all", *(f"{WINDOWED}{int(w)}" for w in a.tpe_window.split(","))]
+    jobs = [(v, p, s, max(budgets)) for p in problems for v in variants for s in range(a.seeds)]
+    print(
+        f"TPE window effect: {len(jobs)} runs ({len(variants)} variants x {len(problems)} problems x {a.seeds} "
+        f"seeds) on {a.jobs} workers"
+    )
+    t0 = time.perf_counter()
+    curves: dict[tuple[str, str], list[list[float]]] = {}
+    seconds: dict[str, float] = {}
+    with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+        for variant, problem, _seed, curve, took in pool.map(_job, jobs):
+            if isinstance(curve, str):
+                print(f"  {variant} cannot run {problem}: {curve}")
+                continue
+            curves.setdefault((variant, problem), []).append(curve)
+            seconds[variant] = seconds.get(variant, 0.0) + took
+    print(f"done in {time.perf_counter() - t0:.0f} s")
+    for n in budgets:
+        print(
+            f"\nmedian best after {n} trials ({a.seeds} seeds; lower is better); in brackets the median gap to "
+            "the optimum relative to no window (1.00 = the same)"
+        )
+        print(f"{'problem':<12} {'optimum':>9} " + " ".join(f"{v:>18}" for v in variants))
+        for p in problems:
+            opt = PROBLEMS[p].optimum or 0.0
+            med = {
+                v: statistics.median(c[min(n, len(c)) - 1] for c in curves.get((v, p), [[math.nan]])) for v in variants
+            }
+            ref_gap = med[variants[0]] - opt
+            cells = []
+            for v in variants:
+                gap = med[v] - opt
+                rel = gap / ref_gap if ref_gap > 0 else math.nan
+                cells.append(f"{_fmt(med[v])} ({rel:.2f})")
+            print(f"{p:<12} {_fmt(PROBLEMS[p].optimum):>9} " + " ".join(f"{c:>18}" for c in cells))
+    print("\nCPU seconds per variant (all runs): " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
     return 0
 
 

@@ -117,3 +117,47 @@ def test_args() -> None:
     (issue,) = validate_args(AnnealTuner, {"parallel_optimise": True}, "t")
     assert issue.hint == "did you mean 'parallel_optimize'?"
     assert resolve("tuner", AlgorithmRef(name="Anneal")) is AnnealTuner
+
+
+def test_a_warm_tuner_reads_only_the_new_records_and_proposes_as_a_fresh_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the first record still open in the previous history, nothing is read again (here: the
+    activations of a nested space counted for the new records only); a changed earlier record makes
+    it start over."""
+    from nnix.tuners import anneal
+
+    calls = [0]
+    original = anneal._active_nested
+
+    def counting(*args: Any, **kwargs: Any) -> None:
+        calls[0] += 1
+        original(*args, **kwargs)
+
+    monkeypatch.setattr(anneal, "_active_nested", counting)
+    raw = {
+        "opt": {
+            "_type": "choice",
+            "_value": [{"_name": "a", "x": {"_type": "uniform", "_value": [0, 1]}}, {"_name": "b"}],
+        },
+        "y": {"_type": "uniform", "_value": [0, 1]},
+    }
+    space = SearchSpace.from_json(raw)
+
+    def point(i: int) -> dict[str, Any]:
+        return {"opt": {"_name": "a", "x": (i % 97) / 97} if i % 2 else {"_name": "b"}, "y": (i % 89) / 89}
+
+    history = [TrialRecord(i, point(i), TrialStatus.SUCCEEDED, math.sin(i)) for i in range(1500)]
+    history.append(TrialRecord(1500, point(1500), TrialStatus.RUNNING))
+    args = HyperoptArgs(parallel_optimize=True)
+    warm = AnnealTuner(args)
+    warm.suggest(TunerContext(space, Direction.MINIMIZE, 1, tuple(history)), [1501])
+    for step in range(3):
+        history[1500 + step] = TrialRecord(1500 + step, point(1500 + step), TrialStatus.SUCCEEDED, 0.5)
+        history.append(TrialRecord(1501 + step, point(1501 + step), TrialStatus.RUNNING))
+        ctx = TunerContext(space, Direction.MINIMIZE, 1, tuple(history))
+        calls[0] = 0
+        got = warm.suggest(ctx, [1600 + step, 1700 + step])
+        assert calls[0] <= 12  # the new records, the liar of the running one, the first proposal
+        assert got == AnnealTuner(args).suggest(ctx, [1600 + step, 1700 + step])
+    history[3] = TrialRecord(3, point(3), TrialStatus.SUCCEEDED, -99.0)
+    ctx = TunerContext(space, Direction.MINIMIZE, 1, tuple(history))
+    assert warm.suggest(ctx, [9]) == AnnealTuner(args).suggest(ctx, [9])

@@ -131,3 +131,35 @@ def test_args() -> None:
     (issue,) = validate_args(EvolutionTuner, {"population": 3}, "t")
     assert issue.hint == "did you mean 'population_size'?"
     assert resolve("tuner", AlgorithmRef(name="evolution")) is EvolutionTuner
+
+
+def test_a_warm_tuner_replays_only_what_is_new_and_proposes_as_a_fresh_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay of the population resumes from the first record still open in the previous history;
+    a record that changes before it (here: a different value) makes it replay from the start."""
+    from nnix.tuners import evolution
+
+    calls = [0]
+    original = evolution._tournament
+
+    def counting(*args: Any) -> int:
+        calls[0] += 1
+        return original(*args)
+
+    monkeypatch.setattr(evolution, "_tournament", counting)
+    space = SearchSpace.from_json({"x": {"_type": "uniform", "_value": [0, 1]}})
+    history = [TrialRecord(i, {"x": i / 2000}, TrialStatus.SUCCEEDED, math.sin(i)) for i in range(2000)]
+    history.append(TrialRecord(2000, {"x": 0.5}, TrialStatus.RUNNING))
+    warm = EvolutionTuner(EvolutionArgs(population_size=8))
+    warm.suggest(TunerContext(space, Direction.MAXIMIZE, 1, tuple(history)), [2001])
+    for step in range(3):
+        pid = 2002 + step
+        history[2000 + step] = TrialRecord(2000 + step, history[2000 + step].params, TrialStatus.SUCCEEDED, 0.1)
+        history.append(TrialRecord(pid, {"x": 0.25}, TrialStatus.RUNNING))
+        ctx = TunerContext(space, Direction.MAXIMIZE, 1, tuple(history))
+        calls[0] = 0
+        got = warm.suggest(ctx, [pid + 10])
+        assert calls[0] <= 4  # the records since the checkpoint, and this proposal's tournament
+        assert got == EvolutionTuner(EvolutionArgs(population_size=8)).suggest(ctx, [pid + 10])
+    history[5] = TrialRecord(5, history[5].params, TrialStatus.SUCCEEDED, 99.0)
+    ctx = TunerContext(space, Direction.MAXIMIZE, 1, tuple(history))
+    assert warm.suggest(ctx, [99]) == EvolutionTuner(EvolutionArgs(population_size=8)).suggest(ctx, [99])

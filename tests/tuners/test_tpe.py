@@ -217,3 +217,68 @@ def test_a_long_lived_tuner_proposes_what_a_fresh_one_does() -> None:
 
 def replace_params(record: TrialRecord, params: dict[str, Any]) -> TrialRecord:
     return TrialRecord(record.parameter_id, params, record.status, record.value)
+
+
+# --------------------------------------------------------------------------------------------------
+# long histories: the bad mixture stands on a bounded window of observations
+
+
+def _branin_history(n: int, seed: int = 0) -> list[TrialRecord]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, (x, y) in enumerate(zip(rng.uniform(-5, 10, n), rng.uniform(0, 15, n), strict=True)):
+        value = (y - 5.1 / (4 * math.pi**2) * x * x + 5 / math.pi * x - 6) ** 2 + 10 * math.cos(x)
+        out.append(TrialRecord(i, {"x": float(x), "y": float(y)}, TrialStatus.SUCCEEDED, float(value)))
+    return out
+
+
+BRANIN_SPACE = {"x": {"_type": "uniform", "_value": [-5, 10]}, "y": {"_type": "uniform", "_value": [0, 15]}}
+
+
+def test_bad_window_keeps_the_newest_and_one_per_stratum_with_the_whole_weight() -> None:
+    from nnix.tuners.tpe import _bad_window, _forgetting_weights
+
+    for n, lf, window in ((5000, 25, 1024), (1025, 25, 1024), (3001, 2000, 64), (700, 1, 7)):
+        idx = np.arange(n, dtype=np.int64) * 3 + 1  # positions in a longer history
+        picked, w = _bad_window(idx, lf, window)
+        full = _forgetting_weights(n, lf)
+        assert picked.size == w.size == window
+        assert np.all(np.diff(picked) > 0) and np.isin(picked, idx).all()  # history order, no repeats
+        assert np.array_equal(picked[-(window // 2) :], idx[-(window // 2) :])  # the newest, as they are
+        assert np.allclose(w[-(window // 2) :], full[-(window // 2) :])  # with their own weights
+        assert math.isclose(float(w.sum()), float(full.sum()), rel_tol=1e-9)  # the whole weight
+        assert np.all(w > 0)
+
+
+def test_below_the_window_proposals_are_those_of_the_unwindowed_model() -> None:
+    from dataclasses import replace
+
+    space = SearchSpace.from_json(BRANIN_SPACE)
+    history = tuple(_branin_history(900))  # fewer than 1024 bad observations
+    ctx = TunerContext(space, Direction.MINIMIZE, 3, history)
+    windowed = TpeTuner()
+    unwindowed = TpeTuner()
+    unwindowed.settings = replace(unwindowed.settings, bad_window=10**9)
+    assert windowed.settings.bad_window == 1024
+    assert windowed.suggest(ctx, [900, 901]) == unwindowed.suggest(ctx, [900, 901])
+
+
+def test_at_long_histories_the_bad_mixture_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The work of a proposal follows the window, not the history: the bad mixture never holds more
+    than ``bad_window`` observations (plus the prior kernel), whatever the history's length."""
+    from nnix.tuners import tpe
+
+    sizes: list[int] = []
+    original = tpe._Mixture.__init__
+
+    def counting(self: Any, block: Any, obs: Any, *args: Any) -> None:
+        sizes.append(int(obs.shape[0]))
+        original(self, block, obs, *args)
+
+    monkeypatch.setattr(tpe._Mixture, "__init__", counting)
+    space = SearchSpace.from_json(BRANIN_SPACE)
+    for n in (1500, 4000):
+        sizes.clear()
+        got = TpeTuner().suggest(TunerContext(space, Direction.MINIMIZE, 1, tuple(_branin_history(n))), [n])
+        assert contains(space, got[0])
+        assert len(sizes) == 2 and max(sizes) == 1024  # the good mixture, and the bad one at the window

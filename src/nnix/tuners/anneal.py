@@ -29,23 +29,21 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from nnix.errors import NoMoreTrialsError
-from nnix.model.trials import Direction
+from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Key, Param, Params, SearchSpace, sample
-from nnix.tuners.base import TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
+from nnix.tuners.base import TunerArgs, TunerContext
+from nnix.tuners.dedup import Deduplicator, extends_records
 from nnix.tuners.tpe import HyperoptArgs
 
 __all__ = ["AnnealTuner"]
 
 AVG_BEST_RANK = 2.0  # mean rank of the trial a proposal starts from (0 = the best)
 SHRINK = 0.1  # neighbourhood shrink per observation of a parameter
-_REDRAWS = 3  # extra annealing draws when a discrete space repeats a point
-_RANDOM_DRAWS = 8  # then random draws, then the grid
 
 
 def _active_nested(params: Sequence[Param], values: Any, counts: Counter[Key], top: bool = True) -> None:
@@ -84,6 +82,20 @@ def _branch_of(p: Param, value: Any) -> int | None:
     return _option_index(p, value["_name"])
 
 
+@dataclass
+class _Checkpoint:
+    """What the finished records of ``prefix`` (all terminal) contribute, for ``settings`` (the loss sign,
+    and the space when nested): their losses in history order, the sorted (loss, position, params) and
+    the sub-parameter activations. A cache only: used when a later history starts with the same records."""
+
+    settings: tuple[float, SearchSpace | None]
+    prefix: tuple[TrialRecord, ...]
+    losses: list[float]
+    ranked: list[tuple[float, int, Params]]
+    active: Counter[Key]
+    end: int
+
+
 class AnnealTuner:
     """Annealing around good past trials; see the module docstring."""
 
@@ -92,6 +104,16 @@ class AnnealTuner:
     def __init__(self, args: HyperoptArgs | None = None) -> None:
         self.args = args or HyperoptArgs()
         self._dedup = Deduplicator()
+        self._checkpoint: _Checkpoint | None = None  # the facts of a history up to its first open record
+
+    def _resume(self, history: Sequence[TrialRecord], settings: tuple[float, SearchSpace | None]) -> _Checkpoint | None:
+        """The checkpoint of an earlier call when its records are where they were in ``history``."""
+        c = self._checkpoint
+        if c is None or c.settings[0] != settings[0] or c.settings[1] is not settings[1] or len(history) < c.end:
+            return None
+        if c.end and (history[c.end - 1] is not c.prefix[-1] or not extends_records(c.prefix, history)):
+            return None
+        return c
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         if not parameter_ids:
@@ -99,16 +121,35 @@ class AnnealTuner:
         space = ctx.space
         seed = self.args.seed if self.args.seed is not None else ctx.seed
         sign = 1.0 if ctx.direction is Direction.MINIMIZE else -1.0
-        ranked: list[tuple[float, int, Params]] = []  # (loss, position, params)
+        history = ctx.history
+        nested = len(space.parameters) > len(space.params)
+        settings = (sign, space if nested else None)
+        c = self._resume(history, settings)
+        start = c.end if c is not None else 0
+        losses = list(c.losses) if c is not None else []  # history order
+        ranked = list(c.ranked) if c is not None else []  # (loss, position, params), sorted
+        active: Counter[Key] = Counter(c.active) if c is not None else Counter()  # sub-parameter activations
         pending: list[Params] = []
-        for i, r in enumerate(ctx.history):
+        checkpoint: _Checkpoint | None = None
+        for i in range(start, len(history)):
+            r = history[i]
+            if checkpoint is None and not r.status.is_terminal:
+                checkpoint = _Checkpoint(settings, (), list(losses), sorted(ranked), Counter(active), i)
             if r.value is not None and math.isfinite(r.value):
-                ranked.append((sign * float(r.value), i, r.params))
+                loss = sign * float(r.value)
+                losses.append(loss)
+                ranked.append((loss, i, r.params))
+                if nested:
+                    _active_nested(space.params, r.params, active)
             elif not r.status.is_terminal:
                 pending.append(r.params)
+        if checkpoint is None:
+            checkpoint = _Checkpoint(settings, (), list(losses), sorted(ranked), Counter(active), len(history))
+        if c is None or checkpoint.end != c.end:
+            checkpoint.prefix = tuple(history[: checkpoint.end])
+            self._checkpoint = checkpoint
         liar: float | None = None
         if self.args.parallel_optimize:
-            losses = [loss for loss, _, _ in ranked]
             kind = self.args.constant_liar_type
             if not losses:
                 liar = 0.0
@@ -118,35 +159,28 @@ class AnnealTuner:
                 liar = max(losses)
             else:
                 liar = sum(losses) / len(losses)
-            position = len(ctx.history)
+            position = len(history)
             for waiting in pending:
                 ranked.append((liar, position, waiting))
+                if nested:
+                    _active_nested(space.params, waiting, active)
                 position += 1
-        ranked.sort(key=lambda t: (t[0], t[1]))
+        ranked.sort()  # by (loss, position): positions are unique, parameter sets never compared
         counts: Counter[Key] = Counter({p.key: len(ranked) for p in space.params})
-        if len(space.parameters) > len(space.params):  # nested: count the sub-parameters' activations
-            for _, _, seen in ranked:
-                _active_nested(space.params, seen, counts)
+        counts.update(active)
 
         self._dedup.begin(ctx)
         out: list[Params] = []
         for pid in parameter_ids:
             params = self._one(space, seed, pid, ranked, counts)
-            if params is None:
+            if not self._dedup.accept(out, params):
                 break
-            self._dedup.take(params)
-            out.append(params)
+            assert params is not None
             if liar is not None:
                 ranked.append((liar, len(ctx.history) + len(pending) + len(out), params))
-                ranked.sort(key=lambda t: (t[0], t[1]))
+                ranked.sort()
                 counts.update(p.key for p in space.params)
                 _active_nested(space.params, params, counts)
-        if not out:
-            raise NoMoreTrialsError(
-                "search space fully explored",
-                "every point of this discrete search space has been tried; "
-                "widen the search space or stop the experiment",
-            )
         return out
 
     def _one(
@@ -157,21 +191,13 @@ class AnnealTuner:
         ranked: Sequence[tuple[float, int, Params]],
         counts: Counter[Key],
     ) -> Params | None:
-        for stream in range(1 + _REDRAWS):
-            rng = rng_for(seed, pid, stream)
+        def draw(rng: np.random.Generator) -> Params:
             if not ranked:
-                params = sample(space, rng)
-            else:
-                rank = min(int(rng.geometric(1.0 / (1.0 + AVG_BEST_RANK))) - 1, len(ranked) - 1)
-                params = _anneal_level(space.params, ranked[rank][2], counts, rng)
-            if self._dedup.is_new(params):
-                return params
-        rng = rng_for(seed, pid, 1 + _REDRAWS)
-        for _ in range(_RANDOM_DRAWS):
-            params = sample(space, rng)
-            if self._dedup.is_new(params):
-                return params
-        return self._dedup.next_unseen()
+                return sample(space, rng)
+            rank = min(int(rng.geometric(1.0 / (1.0 + AVG_BEST_RANK))) - 1, len(ranked) - 1)
+            return _anneal_level(space.params, ranked[rank][2], counts, rng)
+
+        return self._dedup.first_new(space, seed, pid, draw)
 
 
 def _anneal_level(params: Sequence[Param], start: Any, counts: Counter[Key], rng: np.random.Generator) -> Params:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from nnix.errors import FieldIssue, NoMoreTrialsError, SearchSpaceError
 from nnix.space import Params, SearchSpace, key
 from nnix.tuners.base import TunerArgs, TunerContext
-from nnix.tuners.gridsearch import SeenKeys
+from nnix.tuners.dedup import SeenKeys
 
 _EXAMPLE = '{"combination": {"_type": "choice", "_value": [{"lr": 0.1, "bs": 16}, {"lr": 0.01, "bs": 64}]}}'
 

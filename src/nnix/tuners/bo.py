@@ -32,11 +32,11 @@ from scipy.linalg import LinAlgError
 from scipy.optimize import minimize
 from scipy.special import ndtr
 
-from nnix.errors import NoMoreTrialsError, SearchSpaceError
+from nnix.errors import SearchSpaceError
 from nnix.model.trials import Direction, TrialRecord
-from nnix.space import Params, SearchSpace, sample
+from nnix.space import Params, SearchSpace
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
+from nnix.tuners.dedup import Deduplicator, exhausted
 from nnix.tuners.transform import SpaceTransform, unsupported
 
 __all__ = [
@@ -80,7 +80,6 @@ LOCAL_SCALE = 0.05  # ... with this standard deviation in the unit cube
 STARTS_CAP = 5  # L-BFGS-B refinements (selection_num_starting_points is capped to this)
 LOCAL_ITERATIONS = 30  # iterations of each refinement
 MIN_OBSERVATIONS = 2  # the model needs at least this many observations, whatever cold_start_num says
-_RANDOM_DRAWS = 8  # random draws per random proposal before falling back to the grid (discrete spaces)
 
 GP_TYPES = frozenset({"choice", "randint", "uniform", "quniform", "loguniform", "qloguniform"})
 
@@ -357,12 +356,7 @@ def select_new(enc: UnitEncoding, candidates: Array, dedup: Deduplicator, limit:
 
 def propose_random(space: SearchSpace, seed: int, pid: int, dedup: Deduplicator) -> Params | None:
     """A random point (NNI's warm-up), new to the history when duplicates are possible."""
-    rng = rng_for(seed, pid)
-    for _ in range(_RANDOM_DRAWS):
-        params = sample(space, rng)
-        if dedup.is_new(params):
-            return params
-    return dedup.next_unseen()
+    return dedup.first_new(space, seed, pid)
 
 
 def single_threaded_blas() -> contextlib.AbstractContextManager[object]:
@@ -378,13 +372,6 @@ def single_threaded_blas() -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()
     limits: contextlib.AbstractContextManager[object] = module.threadpool_limits(limits=1, user_api="blas")
     return limits
-
-
-def exhausted() -> NoMoreTrialsError:
-    return NoMoreTrialsError(
-        "search space fully explored",
-        "every point of this discrete search space has been tried; widen the search space or stop the experiment",
-    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -474,12 +461,9 @@ class BayesianTuner(Generic[A, M]):
                 params = propose_random(ctx.space, seed, pid, self._dedup)
             else:
                 params = self.propose(model, Step(enc, obs, tuple(fantasies), liar, seed, pid))
-            if params is None:
-                if not out:
-                    raise exhausted()
+            if not self._dedup.accept(out, params):
                 break
-            self._dedup.take(params)
-            out.append(params)
+            assert params is not None
             u = enc.encode(params)
             if u is not None:
                 fantasies.append(u)

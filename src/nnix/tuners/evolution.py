@@ -28,23 +28,21 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
-from nnix.errors import NoMoreTrialsError
-from nnix.model.trials import Direction
-from nnix.space import Param, Params, SearchSpace, contains, sample
+from nnix.model.trials import Direction, TrialRecord
+from nnix.space import Param, Params, SearchSpace, contains
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
-from nnix.tuners.dedup import Deduplicator
+from nnix.tuners.dedup import REDRAWS, Deduplicator, extends_records
 
 __all__ = ["EvolutionArgs", "EvolutionTuner"]
 
 _TOURNAMENT = 1  # random stream of a proposal's tournament
 _MUTATION = 2  # random streams of its mutations start here
-_REDRAWS = 3  # extra mutations when a discrete space repeats a point
-_RANDOM_DRAWS = 8  # then random draws, then the grid
 
 
 class EvolutionArgs(TunerArgs):
@@ -105,28 +103,29 @@ class Breeder:
     _dedup: Deduplicator
 
     def _random(self, space: SearchSpace, seed: int, pid: int) -> Params | None:
-        rng = rng_for(seed, pid)
-        for _ in range(_RANDOM_DRAWS):
-            params = sample(space, rng)
-            if self._dedup.is_new(params):
-                return params
-        return self._dedup.next_unseen()
+        return self._dedup.first_new(space, seed, pid)
 
     def _evolve(self, space: SearchSpace, parent: Any, seed: int, pid: int) -> Params | None:
         if not isinstance(parent, Mapping) or not contains(space, parent):
             return self._random(space, seed, pid)  # a foreign parent (e.g. the space was updated)
-        for stream in range(_MUTATION, _MUTATION + 1 + _REDRAWS):
+        for stream in range(_MUTATION, _MUTATION + 1 + REDRAWS):
             params = _mutate(space, dict(parent), rng_for(seed, pid, stream))
             if self._dedup.is_new(params):
                 return params
         return self._random(space, seed, pid)
 
 
-def space_exhausted() -> NoMoreTrialsError:
-    return NoMoreTrialsError(
-        "search space fully explored",
-        "every point of this discrete search space has been tried; widen the search space or stop the experiment",
-    )
+@dataclass
+class _Checkpoint:
+    """The replay state after ``prefix`` (records that were all terminal), for ``settings`` (seed, sign,
+    population size). A cache only: used when a later history starts with the same records."""
+
+    settings: tuple[int, float, int]
+    prefix: tuple[TrialRecord, ...]
+    population: list[tuple[int, float]]
+    live: int
+    pending: int
+    end: int
 
 
 class EvolutionTuner(Breeder):
@@ -138,6 +137,24 @@ class EvolutionTuner(Breeder):
         self.args = args or EvolutionArgs()
         self._dedup = Deduplicator()
         self._draws: dict[tuple[int, int], tuple[float, float]] = {}  # cache of pure (seed, id) -> draws
+        self._checkpoint: _Checkpoint | None = None  # the replay up to the first open record of a history
+
+    def _resume(
+        self, history: Sequence[TrialRecord], settings: tuple[int, float, int]
+    ) -> tuple[list[tuple[int, float]], int, int, int]:
+        """(population, live, pending, position) to replay ``history`` from: the checkpoint of an earlier
+        call when its records are where they were in ``history``, else the start."""
+        c = self._checkpoint
+        n = len(c.prefix) if c is not None else 0
+        if (
+            c is not None
+            and c.settings == settings
+            and len(history) >= n
+            and (n == 0 or history[n - 1] is c.prefix[-1])
+            and extends_records(c.prefix, history)
+        ):
+            return list(c.population), c.live, c.pending, n
+        return [], 0, 0, 0
 
     def _tournament_draws(self, seed: int, pid: int) -> tuple[float, float]:
         found = self._draws.get((seed, pid))
@@ -156,10 +173,14 @@ class EvolutionTuner(Breeder):
         sign = 1.0 if ctx.direction is Direction.MAXIMIZE else -1.0
         # replay: every finished record joins the population; each evolved proposal's tournament
         # (one made once `size` trials were live) removed a loser
-        population: list[tuple[int, float]] = []
-        live = 0
-        pending = 0
-        for position, r in enumerate(ctx.history):
+        history = ctx.history
+        settings = (seed, sign, size)
+        population, live, pending, start = self._resume(history, settings)
+        checkpoint: _Checkpoint | None = None
+        for position in range(start, len(history)):
+            r = history[position]
+            if checkpoint is None and not r.status.is_terminal:
+                checkpoint = _Checkpoint(settings, (), list(population), live, pending, position)
             if r.parameter_id >= 0 and live >= size and population:
                 _tournament(population, self._tournament_draws(seed, r.parameter_id))
             if r.value is not None and math.isfinite(r.value):
@@ -168,6 +189,11 @@ class EvolutionTuner(Breeder):
             elif not r.status.is_terminal:
                 live += 1
                 pending += 1
+        if checkpoint is None:
+            checkpoint = _Checkpoint(settings, (), list(population), live, pending, len(history))
+        if checkpoint.end != start or self._checkpoint is None:
+            checkpoint.prefix = tuple(history[: checkpoint.end])
+            self._checkpoint = checkpoint
 
         self._dedup.begin(ctx)
         out: list[Params] = []
@@ -183,13 +209,8 @@ class EvolutionTuner(Breeder):
             else:
                 position = _tournament(population, self._tournament_draws(seed, pid))
                 params = self._evolve(space, ctx.history[position].params, seed, pid)
-            if params is None:
-                if not out:
-                    raise space_exhausted()
+            if not self._dedup.accept(out, params):
                 break
-            self._dedup.take(params)
-            out.append(params)
             live += 1
             pending += 1
         return out
-

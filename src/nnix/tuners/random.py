@@ -9,16 +9,14 @@ none is left the space is exhausted.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import ClassVar, Literal
 
-from nnix.errors import NoMoreTrialsError
-from nnix.space import Params, duplicates_possible, key, sample
+from nnix.space import Params, sample
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
-from nnix.tuners.gridsearch import GridCursor, SeenKeys
+from nnix.tuners.dedup import RANDOM_DRAWS, Deduplicator
 
-DRAWS_BEFORE_GRID = 8  # random draws per proposal before falling back to the grid
+DRAWS_BEFORE_GRID = RANDOM_DRAWS  # random draws per proposal before falling back to the grid
 
 
 class RandomArgs(TunerArgs):
@@ -33,41 +31,16 @@ class RandomTuner:
 
     def __init__(self, args: RandomArgs | None = None) -> None:
         self.args = args or RandomArgs()
-        self._seen = SeenKeys()
-        self._cursor: GridCursor | None = None
+        self._dedup = Deduplicator()
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         space = ctx.space
         seed = self.args.seed if self.args.seed is not None else ctx.seed
-        if not space.is_empty and not duplicates_possible(space):
+        self._dedup.begin(ctx)
+        if not self._dedup.active:
             return [sample(space, rng_for(seed, pid)) for pid in parameter_ids]
-        extends = self._seen.update(ctx.history)
-        if self._cursor is None or (self._cursor.space is not space and self._cursor.space != space):
-            self._cursor = GridCursor(space)
-        elif not extends:
-            self._cursor.reset()
         out: list[Params] = []
-        taken: set[str] = set()
         for pid in parameter_ids:
-            rng = rng_for(seed, pid)
-            chosen: tuple[str, Params] | None = None
-            for _ in range(DRAWS_BEFORE_GRID):
-                params = sample(space, rng)
-                k = key(params)
-                if k not in self._seen and k not in taken:
-                    chosen = (k, params)
-                    break
-            if chosen is None:
-                found = self._cursor.next_unseen(self._seen, taken)
-                if found is None:
-                    break
-                chosen = (found[0], copy.deepcopy(found[1]))
-            taken.add(chosen[0])
-            out.append(chosen[1])
-        if parameter_ids and not out:
-            raise NoMoreTrialsError(
-                "search space fully explored",
-                "every point of this discrete search space has been tried; "
-                "widen the search space or stop the experiment",
-            )
+            if not self._dedup.accept(out, self._dedup.first_new(space, seed, pid)):
+                break
         return out

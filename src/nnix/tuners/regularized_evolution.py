@@ -29,7 +29,7 @@ from nnix.model.trials import Direction
 from nnix.space import Params
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator
-from nnix.tuners.evolution import Breeder, space_exhausted
+from nnix.tuners.evolution import Breeder
 
 __all__ = ["RegularizedEvolutionArgs", "RegularizedEvolutionTuner"]
 
@@ -91,11 +91,7 @@ class RegularizedEvolutionTuner(Breeder):
             else:
                 position = select_parent(population, self.args.sample_size, rng_for(seed, pid, _TOURNAMENT))
                 params = self._evolve(ctx.space, ctx.history[position].params, seed, pid)
-            if params is None:
-                if not out:
-                    raise space_exhausted()
+            if not self._dedup.accept(out, params):
                 break
-            self._dedup.take(params)
-            out.append(params)
             live += 1
         return out

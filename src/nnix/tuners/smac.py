@@ -54,8 +54,8 @@ from nnix.errors import NoMoreTrialsError, SearchSpaceError, TunerError
 from nnix.model.trials import Direction
 from nnix.space import Param, Params, SearchSpace
 from nnix.tuners.base import TunerArgs, TunerContext
-from nnix.tuners.bo import exhausted, propose_random
-from nnix.tuners.dedup import Deduplicator
+from nnix.tuners.bo import propose_random
+from nnix.tuners.dedup import Deduplicator, exhausted
 from nnix.tuners.transform import Column, SpaceTransform, unsupported
 
 __all__ = ["SMACArgs", "SMACTuner", "smac_modules"]
