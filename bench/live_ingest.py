@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -197,8 +196,9 @@ def measure(exp_id: str, env: dict[str, str], args: argparse.Namespace, label: s
         spy.wait(60)
     return {"label": label, "started_s": started_s, "rest_p50": pct(lags, 0.5), "rest_p95": pct(lags, 0.95),
             "rest_n": len(lags), "polls": polls, "store_p50": pct(store_lags, 0.5),
-            "store_p95": pct(store_lags, 0.95), "store_n": len(store_lags), "all_p95": pct(all_lags, 0.95), "lost": expected - len(keys), "dup": dup, "expected": expected,
-            "cpu": cpu}
+            "store_p95": pct(store_lags, 0.95),
+            "store_n": len(store_lags), "all_p95": pct(all_lags, 0.95), "lost": expected - len(keys), "dup": dup,
+            "expected": expected, "cpu": cpu}
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> None:
@@ -211,7 +211,8 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"  metric-to-store lag (all {r['store_n']:,} metrics written once all ran): p50 {r['store_p50']:.0f} ms, "
           f"p95 {r['store_p95']:.0f} ms; p95 with the start-up burst: {r['all_p95']:.0f} ms")
     print(f"  lost {r['lost']} of {r['expected']:,} (goal 0), duplicated {r['dup']} (goal 0)")
-    print(f"  manager CPU while all run: {r['cpu']:.2f} cores (goal <= {GOAL_CPU:.0f}: ratio {r['cpu'] / GOAL_CPU:.2f})")
+    print(f"  manager CPU while all run: {r['cpu']:.2f} cores "
+          f"(goal <= {GOAL_CPU:.0f}: ratio {r['cpu'] / GOAL_CPU:.2f})")
 
 
 def main() -> int:
