@@ -579,6 +579,10 @@ class ExperimentManager:
         for t in waiting:
             if slots <= 0:
                 return
+            if t.status is not TrialStatus.WAITING or t.cancel_reason is not None:
+                continue  # canceled while an earlier one started
+            if self._inbox:  # a long round of starts (1,000 trials) does not hold back the metrics of the first
+                self._process_inbox()
             try:
                 started = await self.service.submit(self.spec_for(t))
             except ServiceUnavailableError as e:  # no host can run anything: stop; the waiting trials stay WAITING
