@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -45,6 +46,7 @@ T0 = time.time()
 TRIAL = r"""
 f="$NNIX_TRIAL_CHANNEL/metrics.jsonl"
 fifo="$NNIX_TRIAL_CHANNEL/tick"; mkfifo "$fifo"; exec 3<>"$fifo"   # read -t on it: a sleep without a fork
+exec 4>>"$f"   # one open, one write per line (what the nni SDK does)
 n=$((RATE * DURATION)); period=$((1000000 / RATE)); t0=$BENCH_T0_US
 while [ ! -e "$BENCH_GO" ]; do read -t 0.2 -u 3; done   # every trial reports once all of them run
 printf -v s '0.%06d' $(((RANDOM * 32768 + RANDOM) % period)); read -t "$s" -u 3   # each at its own phase
@@ -53,10 +55,10 @@ for ((k = 0; k < n; k++)); do
   next=$((next + period)); d=$((next - ${EPOCHREALTIME/./}))
   if ((d > 0)); then printf -v s '%d.%06d' $((d / 1000000)) $((d % 1000000)); read -t "$s" -u 3; fi
   now=$((${EPOCHREALTIME/./} - t0))
-  printf '{"type":"PERIODICAL","sequence":%d,"value":%d.%03d}\n' "$k" $((now / 1000)) $((now % 1000)) >> "$f"
+  printf '{"type":"PERIODICAL","sequence":%d,"value":%d.%03d}\n' "$k" $((now / 1000)) $((now % 1000)) >&4
 done
 now=$((${EPOCHREALTIME/./} - t0))
-printf '{"type":"FINAL","sequence":0,"value":%d.%03d}\n' $((now / 1000)) $((now % 1000)) >> "$f"
+printf '{"type":"FINAL","sequence":0,"value":%d.%03d}\n' $((now / 1000)) $((now % 1000)) >&4
 """
 
 
@@ -74,8 +76,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=30) as r:
-        return json.loads(r.read())
+    """The JSON at ``url``; None when the manager does not answer within 60 s (printed: that is a finding)."""
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return json.loads(r.read())
+    except TimeoutError:
+        print(f"  the manager did not answer {url[:60]}... within 60 s", flush=True)
+        return None
 
 
 def count(db: sqlite3.Connection, kind: str) -> int:
@@ -117,7 +124,11 @@ def run_once(work: Path, src: str | None, args: argparse.Namespace, label: str) 
             sys.exit(f"nnix create failed: {r.stderr}")
         exp_id = next(line.split()[1] for line in r.stdout.splitlines()
                       if line.startswith("Experiment ") and "started" in line)
-        return measure(exp_id, env, args, label, work / "go")
+        try:
+            return measure(exp_id, env, args, label, work / "go")
+        finally:  # whatever happened, nothing of this run is left running
+            subprocess.run([sys.executable, "-m", "nnix.cli.main", "stop", exp_id], env=env, capture_output=True,
+                           timeout=300)
     finally:
         if lab is not None:
             lab.__exit__(None, None, None)
@@ -160,7 +171,7 @@ def measure(exp_id: str, env: dict[str, str], args: argparse.Namespace, label: s
     cpu = float("nan")
     polls = 0
     while True:
-        body = get(url)
+        body = get(url) or {"trials": []}
         got = (time.time() - T0) * 1000
         polls += 1
         for t in body["trials"]:
@@ -176,7 +187,7 @@ def measure(exp_id: str, env: dict[str, str], args: argparse.Namespace, label: s
             break
         if now - wall0 > window + args.duration + 600:
             sys.exit("the trials did not end in time")
-        time.sleep(0.01)
+        time.sleep(0.02)
     # every metric: its commit time in the store minus its write time
     store_lags: list[float] = []
     keys: set[tuple[str, int]] = set()
@@ -195,9 +206,8 @@ def measure(exp_id: str, env: dict[str, str], args: argparse.Namespace, label: s
             store_lags.append(lag)
     expected = args.trials * (args.rate * args.duration + 1)
     db.close()
-    subprocess.run([sys.executable, "-m", "nnix.cli.main", "stop", exp_id], env=env, capture_output=True,
-                   timeout=120)
     if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
         spy.wait(60)
     return {"label": label, "started_s": started_s, "rest_p50": pct(lags, 0.5), "rest_p95": pct(lags, 0.95),
             "rest_n": len(lags), "polls": polls, "store_p50": pct(store_lags, 0.5),
