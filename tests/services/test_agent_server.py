@@ -10,7 +10,7 @@ from typing import Any
 
 from nnix.agent.protocol import Hello, Kill, Message, encode
 from nnix.agent.runner import Metrics
-from nnix.services.agent_server import AgentServer
+from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.testing import wait_until_async
 
 
@@ -49,13 +49,17 @@ def _metric(seq: int) -> dict[str, Any]:
     return encode(Metrics("t1", [(seq, {"type": "PERIODICAL", "sequence": seq, "value": seq})]), seq)
 
 
+async def _serve(handler: Recorder) -> tuple[AgentServer, Endpoint, str]:
+    """A started endpoint with environment ``env-1`` heard by ``handler``, and that environment's route prefix."""
+    server = AgentServer()
+    await server.start()
+    return server, server.register("env-1", handler), "/agent/v1/env-1"
+
+
 def test_tokens_versions_dedup_and_retirement() -> None:
     async def main() -> None:
-        server = AgentServer()
-        await server.start()
         rec = Recorder()
-        ep = server.register("env-1", rec)
-        base = "/agent/v1/env-1"
+        server, ep, base = await _serve(rec)
         try:
             hello = encode(Hello("env-1", "0.1.3", {"cpus": 2}, [], "inst-a"), 0)
             # wrong token, unknown environment
@@ -153,11 +157,8 @@ class Committing(Recorder):
 
 def test_messages_are_acknowledged_only_after_the_commit_that_holds_them() -> None:
     async def main() -> None:
-        server = AgentServer()
-        await server.start()
         rec = Committing()
-        ep = server.register("env-1", rec)
-        base = "/agent/v1/env-1"
+        server, ep, base = await _serve(rec)
         try:
             hello = encode(Hello("env-1", server.version, {}, [], "inst-a"), 0)
             assert (await _call(server.port, "POST", f"{base}/hello", ep.token, hello))[0] == 200
