@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import subprocess
+import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import pytest
 
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import STORE_NAME, pid_alive, read_state
+from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment
 from nnix.testing.faults import (
@@ -48,6 +52,48 @@ def test_kill_9_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_pa
     assert a.trials == 12 and a.succeeded == 12, [t.message for t in st.trials.values()]
     assert (a.lost, a.duplicated, a.phantom) == (0, 0, 0), a
     assert a.lines == a.recorded and a.lines >= 12 * (metrics + 1)
+
+
+def test_kill_9_mid_group_commit_keeps_every_acknowledged_metric(tmp_path: Path) -> None:
+    """Eight trials report as fast as they can, so each store transaction holds the lines of many trials (group
+    commit). The manager is killed -9 right after its REST API said which metrics it holds (what it counts
+    as recorded): the store holds every one of them, each trial's stored lines are a whole prefix of its
+    channel (a transaction is kept whole or not at all), and a resume ends with nothing lost or doubled."""
+    metrics = 3000
+    cfg = fast_reporting_config(tmp_path, trials=8, concurrency=8, metrics=metrics)
+    r = nnix("create", "--config", str(cfg), "--port", "0")
+    assert r.returncode == 0, r.stderr
+    exp_id = created_id(r.stdout)
+    d = exp_dir_of(exp_id)
+    port = read_state(d, summary=True).manager_port
+    shown: Counter[str] = Counter()
+
+    def mid_stream() -> bool:  # metrics of several trials recorded, none of the trials done yet
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/metric-data", timeout=30) as resp:
+            rows = json.loads(resp.read())
+        shown.clear()
+        shown.update(row["trialJobId"] for row in rows)
+        return len(shown) >= 2 and sum(shown.values()) >= 200
+
+    wait_until(mid_stream, 120, "metrics of two trials recorded")
+    os.kill(read_state(d, summary=True).manager_pid or 0, 9)
+    wait_until(lambda: not pid_alive(read_state(d, summary=True).manager_pid), 30, "the manager gone")
+    store = SqliteStore(d / STORE_NAME, create=False)
+    try:
+        stored: dict[str, list[int]] = {}
+        for s in store.read(kinds=("MetricReported",)):
+            stored.setdefault(str(s.event.trial_ref), []).append(s.event.index)  # type: ignore[attr-defined]
+    finally:
+        store.close()
+    for tid, n in shown.items():
+        assert len(stored.get(tid, [])) >= n, (tid, n, len(stored.get(tid, [])))  # acknowledged: kept
+    for tid, indexes in stored.items():
+        assert sorted(indexes) == list(range(len(indexes))), tid  # whole transactions only: a prefix
+    final = nnix("resume", exp_id, "--foreground", "--port", "0")
+    assert final.returncode == 0, final.stderr
+    a = audit(d, metrics)
+    assert (a.lost, a.duplicated, a.phantom) == (0, 0, 0), a
+    assert a.trials == 8 and a.succeeded == 8
 
 
 # --- a full disk ----------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from nnix.core.events import TrialStarted
+from nnix.agent.runner import Metrics, committed
+from nnix.core.events import TrialCreated, TrialStarted
+from nnix.core.manager import ServiceEvents
 from nnix.core.status import CancelReason, ExperimentStatus, TrialStatus
 from nnix.home import STORE_NAME
 from nnix.store.sqlite import SqliteStore
@@ -373,3 +375,38 @@ def test_view_shows_why_the_last_manager_stopped(tmp_path: Path) -> None:
     finally:
         manager.store.close()
     assert "the disk holding X is full" in message and "free space" in message
+
+
+def test_metrics_of_many_trials_are_group_committed_before_the_agent_is_acknowledged(tmp_path: Path) -> None:
+    """The inbox's metric batches of every trial go to the store in one append (one transaction), and the
+    barrier an agent endpoint awaits before acknowledging returns only once they are in the store."""
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=3)
+    m = manager_for(d)
+    appends: list[int] = []
+    append = m.store.append
+
+    def counting(events):  # type: ignore[no-untyped-def]
+        appends.append(len(events))
+        return append(events)
+
+    m.store.append = counting  # type: ignore[method-assign]
+    try:
+        ids = ["abcde", "fghij", "klmno"]
+        for i, tid in enumerate(ids):
+            m.record(TrialCreated(tid, i, i, {"x": 0.1}), TrialStarted(tid, "remote-env", str(tmp_path)))
+        appends.clear()
+        emit = ServiceEvents(m)
+        for tid in ids:
+            emit(Metrics(tid, [(k, {"type": "PERIODICAL", "sequence": k, "value": k}) for k in range(5)]))
+        emit(Metrics("abcde", [(5, {"type": "PERIODICAL", "sequence": 5, "value": 5})]))  # its second batch
+        asyncio.run(committed(emit))
+        assert appends == [15, 1]  # one transaction for the three trials, then the second batch of one of them
+        stored = SqliteStore(d / STORE_NAME, create=False)
+        try:
+            rows = [(s.event.trial_ref, s.event.index) for s in stored.read(kinds=["MetricReported"])]
+        finally:
+            stored.close()
+        assert sorted(rows) == sorted([(t, k) for t in ids for k in range(5)] + [("abcde", 5)])
+        assert [m.state.trials[t].last_index for t in ids] == [5, 4, 4]
+    finally:
+        m.store.close()

@@ -10,7 +10,7 @@ from typing import Any
 
 from nnix.agent.protocol import Hello, Kill, Message, encode
 from nnix.agent.runner import Metrics
-from nnix.services.agent_server import AgentServer
+from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.testing import wait_until_async
 
 
@@ -49,13 +49,17 @@ def _metric(seq: int) -> dict[str, Any]:
     return encode(Metrics("t1", [(seq, {"type": "PERIODICAL", "sequence": seq, "value": seq})]), seq)
 
 
+async def _serve(handler: Recorder) -> tuple[AgentServer, Endpoint, str]:
+    """A started endpoint with environment ``env-1`` heard by ``handler``, and that environment's route prefix."""
+    server = AgentServer()
+    await server.start()
+    return server, server.register("env-1", handler), "/agent/v1/env-1"
+
+
 def test_tokens_versions_dedup_and_retirement() -> None:
     async def main() -> None:
-        server = AgentServer()
-        await server.start()
         rec = Recorder()
-        ep = server.register("env-1", rec)
-        base = "/agent/v1/env-1"
+        server, ep, base = await _serve(rec)
         try:
             hello = encode(Hello("env-1", "0.1.3", {"cpus": 2}, [], "inst-a"), 0)
             # wrong token, unknown environment
@@ -129,6 +133,56 @@ def test_long_poll_returns_as_soon_as_a_command_is_queued() -> None:
             assert len(body["commands"]) == 1
             _, body = await _call(server.port, "GET", f"{base}/commands?after=1&wait=0&instance=i", ep.token)
             assert body["commands"] == [] and ep.pending == 0
+        finally:
+            await server.close()
+
+    asyncio.run(main())
+
+
+class Committing(Recorder):
+    """A handler whose store commits when the test says so (or fails)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored: list[Message] = []
+        self.gate = asyncio.Event()
+        self.fail = False
+
+    async def committed(self) -> None:
+        await self.gate.wait()
+        if self.fail:
+            raise OSError("the disk is full")
+        self.stored = list(self.messages)
+
+
+def test_messages_are_acknowledged_only_after_the_commit_that_holds_them() -> None:
+    async def main() -> None:
+        rec = Committing()
+        server, ep, base = await _serve(rec)
+        try:
+            hello = encode(Hello("env-1", server.version, {}, [], "inst-a"), 0)
+            assert (await _call(server.port, "POST", f"{base}/hello", ep.token, hello))[0] == 200
+            answer = asyncio.ensure_future(_call(server.port, "POST", f"{base}/messages", ep.token,
+                                                 {"instance": "inst-a", "messages": [_metric(1), _metric(2)]}))
+            await wait_until_async(lambda: len(rec.messages) == 2, 10, "messages handed to the handler")
+            await asyncio.sleep(0.2)  # the answer must wait for the commit, however long it takes
+            assert not answer.done() and rec.stored == []
+            rec.gate.set()
+            status, body = await answer
+            assert status == 200 and body == {"acked": 2}
+            assert [m.last_line for m in rec.stored if isinstance(m, Metrics)] == [1, 2]  # committed before the ack
+            # a commit that fails acknowledges nothing: the agent's re-sent batch is applied again
+            rec.fail = True
+            status, body = await _call(server.port, "POST", f"{base}/messages", ep.token,
+                                       {"instance": "inst-a", "messages": [_metric(3)]})
+            assert status == 503 and "could not record" in body["error"]
+            rec.fail = False
+            status, body = await _call(server.port, "POST", f"{base}/hello", ep.token, hello)
+            assert status == 200 and body["acked"] == 2
+            status, body = await _call(server.port, "POST", f"{base}/messages", ep.token,
+                                       {"instance": "inst-a", "messages": [_metric(3)]})
+            assert status == 200 and body == {"acked": 3}
+            assert [m.last_line for m in rec.stored if isinstance(m, Metrics)] == [1, 2, 3, 3]
         finally:
             await server.close()
 

@@ -114,6 +114,15 @@ class Requeued:
 RunnerEvent = Started | Metrics | Exited | Requeued | Output
 
 
+async def committed(emit: Callable[[RunnerEvent], None]) -> None:
+    """Wait until every event given to ``emit`` so far is durably recorded, when ``emit`` can tell (the
+    manager's :class:`~nnix.core.manager.ServiceEvents` can); at once otherwise. Raises when it never will be
+    (the manager halted). An agent endpoint awaits this before it acknowledges messages."""
+    wait = getattr(emit, "committed", None)
+    if wait is not None:
+        await wait()
+
+
 def process_start_token(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (field 22 of /proc/PID/stat): detects pid reuse."""
     try:
@@ -212,7 +221,7 @@ class TrialRunner:
         self,
         emit: Callable[[RunnerEvent], None],
         *,
-        poll_interval: float = 0.25,
+        poll_interval: float = 0.1,
         kill_grace: float = 5.0,
         shell: str = "/bin/bash",
         stream_output: bool = False,
@@ -223,6 +232,7 @@ class TrialRunner:
         self._grace = kill_grace
         self._shell = shell
         self._running: dict[str, _Running] = {}
+        self._ticker: asyncio.Task[None] | None = None
         # trials that ended here: their metric channel and how many lines were sent, so that lines an
         # earlier (killed) manager acknowledged but never recorded can still be sent again (resend)
         self._ended: dict[str, tuple[Path, int]] = {}
@@ -354,6 +364,10 @@ class TrialRunner:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         self._running.clear()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+            self._ticker = None
 
     # --- internals ---------------------------------------------------------------------------
     def _drain(self, run: _Running, final: bool = False, limit: int = READ_CHUNK) -> None:
@@ -423,21 +437,33 @@ class TrialRunner:
                 if running:
                     break
 
+    def _ensure_ticker(self) -> None:
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.create_task(self._tick())
+
+    async def _tick(self) -> None:
+        """One poller for every trial this runner started (not one timer per trial): each ``poll_interval`` it
+        reads the channels that grew. A trial reporting faster than that is read a slice at a time and read
+        again at once, so that one poll never holds the manager's loop for long. Ends when no trial runs."""
+        while self._running:
+            behind = False
+            for run in list(self._running.values()):
+                if run.proc is None or run.proc.returncode is not None:
+                    continue  # re-attached (its own watcher polls) or ended (its watcher drains it to the end)
+                if run.reader.at_eof and not self._stream:
+                    try:
+                        if os.stat(run.reader.path).st_size == run.reader.offset:
+                            continue  # nothing new: one stat, no open
+                    except OSError:
+                        continue
+                self._drain(run, limit=READ_SLICE)
+                behind = behind or not run.reader.at_eof
+            await asyncio.sleep(0 if behind else self._poll)
+
     async def _watch(self, run: _Running) -> None:
         assert run.proc is not None
-        wait = asyncio.ensure_future(run.proc.wait())
-        try:
-            while True:
-                # a trial reporting faster than the manager records is read a slice at a time (and read
-                # again at once), so that one poll never holds the manager's loop for long
-                done, _ = await asyncio.wait({wait}, timeout=0 if not run.reader.at_eof else self._poll)
-                self._drain(run, limit=READ_CHUNK if done else READ_SLICE)
-                if done:
-                    break
-            code = wait.result()
-        finally:
-            if not wait.done():
-                wait.cancel()
+        self._ensure_ticker()
+        code = await run.proc.wait()
         leftovers = await self._cleanup(run)
         self._drain(run, final=True)
         self._running.pop(run.spec_id, None)

@@ -86,6 +86,21 @@ def params_as_args(params: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+class ServiceEvents:
+    """The ``emit`` a manager gives its training service: ``emit(event)`` queues a service event, and
+    ``await emit.committed()`` returns once every event queued so far is in the store (see
+    :func:`nnix.agent.runner.committed`, what an agent endpoint awaits before acknowledging messages)."""
+
+    def __init__(self, manager: ExperimentManager) -> None:
+        self._manager = manager
+
+    def __call__(self, event: RunnerEvent) -> None:
+        self._manager._on_service_event(event)
+
+    async def committed(self) -> None:
+        await self._manager.committed()
+
+
 class ExperimentManager:
     """Drives one experiment. Build it with :func:`nnix.experiment.build_manager`."""
 
@@ -110,7 +125,7 @@ class ExperimentManager:
         self.clock = clock
         self.state: ExperimentState = fold_store(store)
         self._snapshot_seq, self._snapshot_at = self.state.last_seq, clock()
-        self.service = service_factory(self._on_service_event)
+        self.service = service_factory(ServiceEvents(self))
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
         self._inbox: list[RunnerEvent] = []
@@ -250,24 +265,71 @@ class ExperimentManager:
         self._inbox.append(event)
         self._wake.set()
 
+    async def committed(self) -> None:
+        """Return once every event the service gave so far is recorded (committed to the store), so that an
+        agent is acknowledged only for what survives a kill -9 of this process. Deliveries of the same moment
+        share one group commit; what is still in the inbox is recorded here, not at the loop's next turn (the
+        loop may itself be waiting for the agent that waits for this answer). Raises when the manager has
+        halted (nothing more is recorded: nothing more is acknowledged)."""
+        await asyncio.sleep(0)
+        if self._failure is None and self._inbox:
+            self._process_inbox()
+        if self._failure is not None:
+            raise self._failure
+
     def _process_inbox(self) -> None:
+        """Record what the services reported. Metrics are group-committed: the metric lines of every trial in
+        the inbox (up to the next event of another kind, or a second batch of the same trial) go to the store
+        in ONE append, then into the state. Nothing changes for durability: a line counts as recorded (the
+        trial's ``last_index``, what a resumed manager continues from) only once the append that holds it has
+        committed, and the append is atomic, so a kill -9 keeps a whole group or none of it."""
         inbox, self._inbox = self._inbox, []
+        pending: list[Event] = []
+        grouped: set[str] = set()
+        assess: list[str] = []
         for ev in inbox:
             if isinstance(ev, Metrics):
-                self._record_metrics(ev)
-            elif isinstance(ev, Exited):
+                if ev.trial_id in grouped:  # its dedupe reads the state: commit the group first
+                    self._commit_group(pending, assess)
+                    grouped.clear()
+                grouped.add(ev.trial_id)
+                if self._metric_events(ev, pending):
+                    assess.append(ev.trial_id)
+                continue
+            self._commit_group(pending, assess)
+            grouped.clear()
+            if isinstance(ev, Exited):
                 self._record_exit(ev)
             elif isinstance(ev, Requeued):
                 self._record_requeue(ev)
+        self._commit_group(pending, assess)
+
+    def _commit_group(self, pending: list[Event], assess: list[str]) -> None:
+        """One store transaction for ``pending`` (then emptied), then the assessor on the trials in ``assess``."""
+        if pending:
+            events = tuple(pending)
+            pending.clear()
+            self.record(*events)
+        for trial_id in assess:
+            self._assess(trial_id)
+        assess.clear()
 
     def _record_metrics(self, ev: Metrics) -> None:
-        """Record a batch of a trial's metric lines. Each line is untrusted: checked against the channel's
-        schema (with the experiment's nanPolicy); what fails, here or at the agent, is skipped and recorded
-        as one TrialWarning per batch, never raised."""
+        """Record one batch of a trial's metric lines on its own (see :meth:`_metric_events`)."""
+        pending: list[Event] = []
+        assess = self._metric_events(ev, pending)
+        self._commit_group(pending, [ev.trial_id] if assess else [])
+
+    def _metric_events(self, ev: Metrics, out: list[Event]) -> bool:
+        """Append to ``out`` the events that record a batch of a trial's metric lines; True when the assessor
+        should look at the trial once they are committed. Each line is untrusted: checked against the
+        channel's schema (with the experiment's nanPolicy); what fails, here or at the agent, is skipped and
+        recorded as one TrialWarning per batch, never raised. The trial must have no uncommitted events in
+        ``out`` (its dedupe reads the state)."""
         t = self.state.trials.get(ev.trial_id)
         if t is None:
-            return
-        out: list[MetricReported] = []
+            return False
+        first = len(out)
         seen = last = t.last_index
         recorded: set[int] | None = None
         allow_nan = self.config.get("nan_policy") == "allow"
@@ -275,12 +337,14 @@ class ExperimentManager:
         bad_count, bad_last = 0, -1
         if ev.rejected_count > 0 and ev.rejected_last > seen:  # not reported before (re-read after a resume)
             bad, bad_count, bad_last = list(ev.rejected), ev.rejected_count, ev.rejected_last
+        periodical = False
         for index, msg in ev.items:
             if index <= last:
                 # a line sent again (re-attach after a crash): recorded never twice, but recorded once even
                 # when it comes after later ones (a crashed manager acknowledged lines it did not record)
                 if recorded is None:
-                    recorded = {m.index for m in t.metrics} | {m.index for m in out}
+                    recorded = {m.index for m in t.metrics} | {
+                        m.index for m in out[first:] if isinstance(m, MetricReported)}
                 if index in recorded:
                     continue
                 recorded.add(index)
@@ -293,18 +357,16 @@ class ExperimentManager:
                     bad_count += 1
                     bad_last = max(bad_last, index)
                 continue
-            out.append(MetricReported(ev.trial_id, MetricType(msg["type"]), msg.get("sequence", 0), msg["value"],
-                                      index, t.parameter_id))
-        if out:
-            self.record(*out)
+            mtype = MetricType(msg["type"])
+            periodical = periodical or mtype is MetricType.PERIODICAL
+            out.append(MetricReported(ev.trial_id, mtype, msg.get("sequence", 0), msg["value"], index, t.parameter_id))
         if bad_count:
             lines = "; ".join(f"line {i}: {why}" for i, why in sorted(bad)[:3])
             n = "1 metric line" if bad_count == 1 else f"{bad_count} metric lines"
             message = f"{n} not recorded ({lines}{'; ...' if bad_count > 3 else ''})"
             log.warning("trial %s: %s", ev.trial_id, message)
-            self.record(TrialWarning(ev.trial_id, "metrics", message, bad_count, bad_last))
-        if out and self.assessor is not None and any(m.type is MetricType.PERIODICAL for m in out):
-            self._assess(ev.trial_id)
+            out.append(TrialWarning(ev.trial_id, "metrics", message, bad_count, bad_last))
+        return periodical and self.assessor is not None
 
     def _assess(self, trial_id: str) -> None:
         t = self.state.trials[trial_id]
@@ -522,6 +584,10 @@ class ExperimentManager:
         for t in waiting:
             if slots <= 0:
                 return
+            if t.status is not TrialStatus.WAITING or t.cancel_reason is not None:
+                continue  # canceled while an earlier one started
+            if self._inbox:  # a long round of starts (1,000 trials) does not hold back the metrics of the first
+                self._process_inbox()
             try:
                 started = await self.service.submit(self.spec_for(t))
             except ServiceUnavailableError as e:  # no host can run anything: stop; the waiting trials stay WAITING

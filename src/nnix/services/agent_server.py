@@ -10,7 +10,9 @@ Routes (JSON bodies, ``Authorization: Bearer <token of the environment>`` on eve
   environment's handler also receives (``on_refused``): the refusal is reported on both sides.
 * ``POST /agent/v1/<env>/messages`` — ``{"instance": id, "messages": [envelope, ...]}``, in seq order.
   Messages with a seq already applied for this instance are skipped (a batch re-sent after a lost answer
-  is applied once). Answers ``{"acked": highest seq applied}``.
+  is applied once). Answers ``{"acked": highest seq applied}`` once what they reported is recorded (the
+  handler's optional ``async committed()``: the manager's group commit), so an acknowledged metric survives a
+  kill -9 of the manager; 503 when it cannot be recorded (nothing of the batch is acknowledged).
 * ``GET /agent/v1/<env>/commands?after=N&wait=S&instance=id`` — long poll: the commands with seq > N,
   at once if there are any, else as soon as one is queued or after ``S`` seconds (capped). ``after``
   confirms the commands up to N; they are then forgotten.
@@ -52,7 +54,7 @@ MAX_BODY = 32 * 1024 * 1024
 IDLE_TIMEOUT = 120.0
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
             409: "Conflict", 410: "Gone", 413: "Payload Too Large", 428: "Precondition Required",
-            500: "Internal Server Error"}
+            500: "Internal Server Error", 503: "Service Unavailable"}
 
 log = logging.getLogger("nnix.services.agents")
 
@@ -266,7 +268,7 @@ class AgentServer:
         if action == "hello" and method == "POST":
             return self._hello(ep, _json(body))
         if action == "messages" and method == "POST":
-            return self._messages(ep, _json(body))
+            return await self._messages(ep, _json(body))
         if action == "commands" and method == "GET":
             return await self._commands(ep, query)
         raise _HttpError(405, f"no route {method} {action}")
@@ -306,10 +308,11 @@ class AgentServer:
         if not ep.instance or instance != ep.instance:
             raise _HttpError(428, "no session for this agent instance: say hello first")
 
-    def _messages(self, ep: Endpoint, body: Any) -> Any:
+    async def _messages(self, ep: Endpoint, body: Any) -> Any:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise _HttpError(400, "expected {instance, messages: [...]}")
         self._session(ep, body.get("instance"))
+        before = ep.inbound_seq
         for envelope in body["messages"]:
             seq = envelope.get("seq") if isinstance(envelope, dict) else None
             if isinstance(seq, int) and seq <= ep.inbound_seq:
@@ -326,6 +329,15 @@ class AgentServer:
                 ep.handler.on_message(ep.environment_id, message)
             except Exception:
                 log.exception("handling %s from environment %s failed", type(message).__name__, ep.environment_id)
+        # acknowledged only once recorded: the handler's ``committed`` (when it has one) returns when what these
+        # messages reported is in the store, so an acknowledged metric survives a kill -9 of the manager
+        barrier = getattr(ep.handler, "committed", None)
+        if barrier is not None and ep.inbound_seq > before:
+            try:
+                await barrier()
+            except Exception as e:
+                ep.inbound_seq = min(ep.inbound_seq, before)  # not acknowledged: applied again when re-sent
+                raise _HttpError(503, f"the manager could not record these messages: {e}") from e
         return {"acked": ep.inbound_seq}
 
     async def _commands(self, ep: Endpoint, query: dict[str, list[str]]) -> Any:

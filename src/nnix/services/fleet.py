@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run, Shutdown
 from nnix.agent.reason import exit_reason
-from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
+from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec, committed
 from nnix.errors import ServiceUnavailableError
 from nnix.services.agent_server import Endpoint
 from nnix.services.health import HostHealth
@@ -270,6 +270,10 @@ class Fleet(Generic[E, T]):
         env = self._envs.get(environment_id)
         if env is not None:
             self._refused(env, reason)
+
+    async def committed(self) -> None:
+        """What the agent endpoint awaits before acknowledging messages: every metric emitted is in the store."""
+        await committed(self._emit)
 
     def on_message(self, environment_id: str, message: Message) -> None:
         env = self._envs.get(environment_id)

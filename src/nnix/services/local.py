@@ -35,7 +35,7 @@ class LocalService(Configured):
         use_active_gpu: bool | None = None,
         inventory: GpuInventory | None = None,
         kill_grace: float = 5.0,
-        poll_interval: float = 0.25,
+        poll_interval: float = 0.1,
     ) -> None:
         self._emit_up = emit
         self._gpus = GpuScheduler(
