@@ -51,7 +51,7 @@ def _config(tmp_path: Path, trial_body: str, **extra: Any) -> Path:
     return path
 
 
-def _recorded(tmp_path: Path, finals: list[float | None], mode: str) -> str:
+def _recorded(tmp_path: Path, finals: list[Any], mode: str) -> str:
     """An experiment whose trials are recorded directly (no manager): one per final value, None = FAILED."""
     exp_id, exp_dir = make_experiment(
         tmp_path, searchSpace={"heldout_learning_rate": {"_type": "uniform", "_value": [0, 1]}},
@@ -221,9 +221,10 @@ def test_experiment_export_json_is_the_whole_list_written_a_row_at_a_time(tmp_pa
     none = _recorded(tmp_path / "none", [None], "maximize")
     out = tmp_path / "out.json"
     assert nnix("experiment", "export", some, "--type", "json", "--filename", str(out), "-i").returncode == 0
+    values: tuple[tuple[int, Any], ...] = ((0, 0.5), (2, {"default": 0.9, "acc": [1, 2]}))
     rows = [{"parameter": {"heldout_learning_rate": 0.001 * (i + 1), "nested": {"width": 2 ** i}}, "value": v,
              "trialJobId": f"tr{i:03d}", "intermediate": []}
-            for i, v in ((0, 0.5), (2, {"default": 0.9, "acc": [1, 2]}))]
+            for i, v in values]
     assert out.read_text() == json.dumps(rows, indent=2)
     assert nnix("experiment", "export", none, "--type", "json", "--filename", str(out)).returncode == 0
     assert out.read_text() == "[]"

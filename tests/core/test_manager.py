@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from nnix.agent.runner import Metrics, committed
-from nnix.core.events import TrialCreated, TrialStarted
+from nnix.core.events import MetricReported, TrialCreated, TrialStarted
 from nnix.core.manager import ServiceEvents
-from nnix.core.status import CancelReason, ExperimentStatus, TrialStatus
+from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.home import STORE_NAME
 from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until_async
@@ -403,10 +403,58 @@ def test_metrics_of_many_trials_are_group_committed_before_the_agent_is_acknowle
         assert appends == [15, 1]  # one transaction for the three trials, then the second batch of one of them
         stored = SqliteStore(d / STORE_NAME, create=False)
         try:
-            rows = [(s.event.trial_ref, s.event.index) for s in stored.read(kinds=["MetricReported"])]
+            metrics = [s.event for s in stored.read(kinds=["MetricReported"])]
+            rows = [(e.trial_id, e.index) for e in metrics if isinstance(e, MetricReported)]
         finally:
             stored.close()
         assert sorted(rows) == sorted([(t, k) for t in ids for k in range(5)] + [("abcde", 5)])
         assert [m.state.trials[t].last_index for t in ids] == [5, 4, 4]
     finally:
         m.store.close()
+
+
+def _full_history(state: Any) -> list[Any]:
+    """The tuner's history rebuilt from the whole state (what the manager computed on every ask before)."""
+    from nnix.model.trials import TrialRecord
+
+    out = [TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, rec.get("value"))
+           for i, rec in enumerate(state.imported)]
+    out += [TrialRecord(t.parameter_id, t.params, t.status, t.final_value, tuple(t.inter_values), t.trial_id)
+            for t in state.trials.values() if t.parameter_id is not None]
+    return out
+
+
+def test_the_tuner_history_kept_per_trial_equals_a_full_rebuild(tmp_path: Path) -> None:
+    """The manager rebuilds only the records of trials an event touched since the last ask; after every kind
+    of change (new trials, metrics, ends, a requeue, imported results, a trial without parameter id) the
+    history is the full rebuild, in the same order; a second manager on the same store starts equal too."""
+    from nnix.core.events import DataImported, TrialEnded, TrialRequeued
+
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=3)
+    m = manager_for(d)
+    try:
+        assert m._history() == _full_history(m.state) == []
+        m.record(TrialCreated("t0", 0, 0, {"x": 0.1}), TrialCreated("t1", 1, 1, {"x": 0.2}))
+        assert m._history() == _full_history(m.state)
+        m.record(TrialStarted("t0", "env", str(tmp_path)), TrialCreated("t2", 2, None, {}),
+                 TrialCreated("t3", 3, 2, {"x": 0.3}))
+        m.record(MetricReported("t0", MetricType.PERIODICAL, 0, 0.5, 0),
+                 MetricReported("t0", MetricType.FINAL, 0, 0.7, 1))
+        assert m._history() == _full_history(m.state)
+        m.record(TrialEnded("t0", TrialStatus.SUCCEEDED, 0), DataImported([{"parameter": {"x": 0.9}, "value": 1.5}]))
+        first = m._history()
+        assert first == _full_history(m.state)
+        assert [r.parameter_id for r in first] == [-1, 0, 1, 2]
+        assert first[1].status is TrialStatus.SUCCEEDED and first[1].value == 0.7 and first[1].intermediate == (0.5,)
+        m.record(TrialStarted("t1", "env", str(tmp_path)), MetricReported("t1", MetricType.PERIODICAL, 0, 0.1, 0),
+                 TrialRequeued("t1", "host lost"))
+        assert m._history() == _full_history(m.state)
+        assert m._history()[2].status is TrialStatus.WAITING and m._history()[2].intermediate == ()
+    finally:
+        m.store.close()
+    again = manager_for(d)
+    try:
+        assert again._history() == _full_history(again.state)
+        assert len(again._history()) == 4
+    finally:
+        again.store.close()

@@ -142,8 +142,13 @@ def test_a_snapshot_plus_the_events_after_it_is_the_full_fold(tmp_path: Path, mo
     store.append([TrialEnded("t1", TrialStatus.FAILED, 1, "late")])  # a trial held in the snapshot ends after it
 
     replayed: list[int] = []
-    monkeypatch.setattr(state_mod.ExperimentState, "apply", lambda self, s, f=state_mod.ExperimentState.apply: (
-        replayed.append(s.seq), f(self, s))[1])
+    apply = state_mod.ExperimentState.apply
+
+    def counting(self: state_mod.ExperimentState, s: Stored) -> None:
+        replayed.append(s.seq)
+        apply(self, s)
+
+    monkeypatch.setattr(state_mod.ExperimentState, "apply", counting)
     again = state_mod.fold_store(store)
     assert replayed and min(replayed) > first.last_seq  # from the snapshot on, not the whole log
     full = state_mod.fold(store.read())

@@ -125,6 +125,11 @@ class ExperimentManager:
         self.clock = clock
         self.state: ExperimentState = fold_store(store)
         self._snapshot_seq, self._snapshot_at = self.state.last_seq, clock()
+        # The tuner's history, kept per trial and rebuilt only for trials an event touched since the last
+        # ask (every change of state goes through record()): an ask costs O(changed), not O(history).
+        self._trial_records: dict[str, TrialRecord | None] = {}
+        self._stale_records: dict[str, None] = dict.fromkeys(self.state.trials)
+        self._imported_records: list[TrialRecord] | None = None
         self.service = service_factory(ServiceEvents(self))
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -154,6 +159,11 @@ class ExperimentManager:
             raise
         for stored in stored_events:
             self.state.apply(stored)
+            trial_id = getattr(stored.event, "trial_id", None)
+            if trial_id is not None:
+                self._stale_records[trial_id] = None
+            elif isinstance(stored.event, DataImported):
+                self._imported_records = None
         for listener in self._listeners:
             listener()
 
@@ -463,15 +473,18 @@ class ExperimentManager:
         return self._space
 
     def _history(self) -> list[TrialRecord]:
-        out = [  # imported results come first, with negative parameter ids
-            TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, _scalar(rec.get("value")))
-            for i, rec in enumerate(self.state.imported)
-        ]
-        for t in self.state.trials.values():
-            if t.parameter_id is None:
-                continue
-            out.append(
-                TrialRecord(
+        """Imported results first (negative parameter ids), then one record per trial with a parameter id,
+        in the order the trials were created."""
+        if self._imported_records is None:
+            self._imported_records = [
+                TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, _scalar(rec.get("value")))
+                for i, rec in enumerate(self.state.imported)
+            ]
+        if self._stale_records:
+            trials, records = self.state.trials, self._trial_records
+            for trial_id in self._stale_records:  # in event order: a new trial is the state's newest
+                t = trials.get(trial_id)
+                records[trial_id] = None if t is None or t.parameter_id is None else TrialRecord(
                     parameter_id=t.parameter_id,
                     params=t.params,
                     status=t.status,
@@ -479,8 +492,8 @@ class ExperimentManager:
                     intermediate=tuple(t.inter_values),
                     trial_id=t.trial_id,
                 )
-            )
-        return out
+            self._stale_records.clear()
+        return self._imported_records + [r for r in self._trial_records.values() if r is not None]
 
     async def _ask(self, n: int) -> list[dict[str, Any]]:
         ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
