@@ -110,7 +110,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout instead of the table")
     args = ap.parse_args()
     try:
-        import optuna  # noqa: F401
+        import optuna
     except ImportError:
         print("optuna is not importable by this Python: see this script's docstring", file=sys.stderr)
         return 2
@@ -142,7 +142,8 @@ def main() -> int:
         return 0
     print(f"Optuna {optuna.__version__}, {args.trials} trials x {args.intermediates} intermediates")
     for kind, r in result.items():
-        print(f"  {kind:8s} load_study + trials: {r['load_s']:7.2f} s   dashboard trial list: {r['dashboard_s']:7.2f} s")
+        print(f"  {kind:8s} load_study + trials: {r['load_s']:7.2f} s"
+              f"   dashboard trial list: {r['dashboard_s']:7.2f} s")
     return 0
 
 
