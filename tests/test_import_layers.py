@@ -17,30 +17,6 @@ import nnix
 ROOT = Path(nnix.__file__).resolve().parent
 LEAVES = ("nnix.errors", "nnix.model")
 
-# Today's remaining package cycles (module-level imports), rotated to start at their smallest name.
-# This list may only shrink: a new cycle fails the test; when a change breaks a cycle, drop its entry.
-KNOWN_CYCLES: dict[tuple[str, ...], str] = {
-    ("nnix.cli", "nnix.core", "nnix.services", "nnix.config", "nnix.compat"): "compat.nni_experiment imports "
-    "cli.control (the manager client still lives in cli/)",
-    ("nnix.cli", "nnix.experiment", "nnix.config", "nnix.compat"): "cli.run hosts the manager via experiment; "
-    "compat imports cli.control",
-    ("nnix.cli", "nnix.experiment", "nnix.core", "nnix.services", "nnix.config", "nnix.compat"): "cli.run hosts "
-    "the manager; compat imports cli.control",
-    ("nnix.cli", "nnix.experiment", "nnix.home", "nnix.core", "nnix.services", "nnix.config", "nnix.compat"): (
-        "cli.run hosts the manager; compat imports cli.control; core.manager writes manager errors via home"
-    ),
-    ("nnix.cli", "nnix.experiment", "nnix.services", "nnix.config", "nnix.compat"): "cli.run hosts the manager; "
-    "compat imports cli.control",
-    ("nnix.cli", "nnix.home", "nnix.core", "nnix.services", "nnix.config", "nnix.compat"): "cli imports home; "
-    "compat imports cli.control; core.manager writes manager errors via home",
-    ("nnix.compat", "nnix.config"): "config.loader reads NNI configs via compat.nni_config; compat.nni_experiment "
-    "builds native configs",
-    ("nnix.compat", "nnix.home", "nnix.core", "nnix.services", "nnix.config"): "core.manager writes manager errors "
-    "via home; services.clean reads config; config.loader imports compat",
-    ("nnix.core", "nnix.home"): "core.manager writes manager errors via home; home folds stores with core.state",
-}
-
-
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -133,7 +109,6 @@ def test_leaves_import_nothing_above_them() -> None:
         assert not above, f"{leaf} must stay a leaf (imports only nnix.errors) but imports {sorted(above)}"
 
 
-def test_no_new_package_cycle() -> None:
+def test_no_package_cycle() -> None:
     cycles = elementary_cycles(package_graph(module_level_only=True))
-    new = cycles - set(KNOWN_CYCLES)
-    assert not new, f"new package import cycles (see README, architecture): {sorted(new)}"
+    assert not cycles, f"package import cycles (see README, architecture): {sorted(cycles)}"

@@ -371,7 +371,7 @@ def routes(ctx: ApiContext) -> list[Route]:
 
     async def import_data(request: Request) -> Response:
         ctx.require_writable()
-        from nnix.cli.control import validate_import
+        from nnix.client import validate_import
 
         body = await read_json(request)
         try:

@@ -57,7 +57,7 @@ class HybridService:
         context: ServiceContext | None = None,
         **options: Any,
     ) -> HybridService:
-        from nnix.experiment import service_factory
+        from nnix.services.factory import service_factory
 
         ts = cast("HybridConfig", config.training_service)
         children: list[TrainingService] = []

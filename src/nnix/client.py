@@ -1,4 +1,6 @@
-"""Talking to experiments from the CLI: REST calls to a running manager, stop. Kept light."""
+"""The client of experiments on this machine, shared by the CLI, the Python APIs (:mod:`nnix.experiment`, NNI's
+``nni.experiment``) and the REST compat layer: REST calls to a running manager, stopping it, importing data.
+Kept light: nothing here imports the manager, the web stack or a training service at module level."""
 
 from __future__ import annotations
 
@@ -11,17 +13,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from nnix.core.manager_error import manager_error_text, read_manager_error
 from nnix.errors import ManagerUnreachableError, NnixError
-from nnix.home import (
-    STORE_NAME,
-    Registry,
-    manager_alive,
-    manager_error_text,
-    pid_alive,
-    read_manager_error,
-    read_state,
-    shown_status,
-)
+from nnix.home import STORE_NAME, Registry, manager_alive, pid_alive, read_state, shown_status
 from nnix.model.events import StatusChanged
 from nnix.model.status import ExperimentStatus
 from nnix.store.sqlite import SqliteStore
