@@ -20,3 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return Experiment
     raise AttributeError(f"module 'nnix' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "Experiment"])
