@@ -16,22 +16,29 @@ from nnix import __version__
 from nnix.errors import NnixError
 from nnix.limits import MAX_TRIAL_CONCURRENCY, MAX_TRIAL_NUMBER
 
-app = typer.Typer(
+app = typer.Typer(  # plain help and errors: rich (and its markdown) would double `nnix --help`'s start-up
+    rich_markup_mode=None,
     name="nnix",
     help="Run NNI hyper-parameter tuning experiments (nnictl-compatible).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-update_app = typer.Typer(help="Change a running experiment.", no_args_is_help=True)
-trial_app = typer.Typer(help="List or kill trials.", no_args_is_help=True)
-experiment_app = typer.Typer(help="List, show, export, import and delete experiments.", no_args_is_help=True)
-log_app = typer.Typer(help="Show the manager's log and trials' output.", no_args_is_help=True)
+
+
+def _group(help: str) -> typer.Typer:
+    return typer.Typer(rich_markup_mode=None, help=help, no_args_is_help=True)
+
+
+update_app = _group("Change a running experiment.")
+trial_app = _group("List or kill trials.")
+experiment_app = _group("List, show, export, import and delete experiments.")
+log_app = _group("Show the manager's log and trials' output.")
 app.add_typer(update_app, name="update")
 app.add_typer(trial_app, name="trial")
 app.add_typer(experiment_app, name="experiment")
 app.add_typer(log_app, name="log")
-algo_app = typer.Typer(help="Tuners and assessors installed (built-in and by entry point).", no_args_is_help=True)
+algo_app = _group("Tuners and assessors installed (built-in and by entry point).")
 app.add_typer(algo_app, name="algo")
 
 IdArg = Annotated[str | None, typer.Argument(help="Experiment id (or unique prefix); default: the one running.")]
@@ -994,11 +1001,10 @@ def experiment_load(
 
 # --- webui / config / platform -----------------------------------------------------------------------
 
-webui_app = typer.Typer(help="The web UI of an experiment.", no_args_is_help=True)
-config_app = typer.Typer(help="An experiment's config.", no_args_is_help=True)
-platform_app = typer.Typer(help="What nnix left on remote machines and cluster storage.", no_args_is_help=True)
-tensorboard_app = typer.Typer(help="TensorBoard for trials (needs TensorBoard: the tensorboard extra of nnix).",
-                              no_args_is_help=True)
+webui_app = _group("The web UI of an experiment.")
+config_app = _group("An experiment's config.")
+platform_app = _group("What nnix left on remote machines and cluster storage.")
+tensorboard_app = _group("TensorBoard for trials (needs TensorBoard: the tensorboard extra of nnix).")
 app.add_typer(webui_app, name="webui")
 app.add_typer(config_app, name="config")
 app.add_typer(platform_app, name="platform")

@@ -24,7 +24,7 @@ from nnix.errors import ManagerUnreachableError, NnixError, StoreFullError
 from nnix.home import Registry, port_holder, read_state, tighten_permissions, ui_url
 from nnix.host.build import build_manager
 from nnix.host.progress import Progress, RunOutcome
-from nnix.model.status import ExperimentStatus
+from nnix.model.status import ExperimentStatus, TrialStatus
 
 
 def bind(port: int, host: str = "127.0.0.1") -> socket.socket:
@@ -54,11 +54,33 @@ def _setup_logging(exp_dir: Path, level: str) -> None:
     setup_manager_logging(exp_dir, level)
 
 
+FIRST_TRIAL_WAIT = 2.0  # seconds a foreground run waits for its first trial before it serves REST and the web UI
+
+
+async def _first_trial_started(manager: ExperimentManager, run: asyncio.Future[Any], timeout: float) -> None:
+    """Return when a trial has started (or the run ended, or ``timeout`` passed): the web stack's import then
+    competes with nothing on the way to the first trial (the GIL is shared with the thread that imports it)."""
+    started = asyncio.Event()
+
+    def check() -> None:  # stays subscribed: O(1) once set
+        if not started.is_set() and any(t.status is not TrialStatus.WAITING for t in manager.state.trials.values()):
+            started.set()
+
+    manager.subscribe(check)
+    check()
+    waiter = asyncio.ensure_future(started.wait())
+    try:
+        await asyncio.wait({waiter, run}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
 async def _serve(
     manager: ExperimentManager, sock: socket.socket, read_only: bool, token: str | None = None, host: str = "127.0.0.1",
 ) -> Any:
-    # importing the web stack takes ~0.1 s: do it in a thread so the first trials start meanwhile
+    # importing the web stack takes ~0.1 s: do it in a thread so that the event loop keeps running trials
     await asyncio.to_thread(importlib.import_module, "uvicorn")
+    await asyncio.to_thread(importlib.import_module, "nnix.api.app")
     import uvicorn
 
     from nnix.api.app import create_app
@@ -121,6 +143,8 @@ def run_manager(
             run = asyncio.ensure_future(manager.view(actual_port, host))
         else:
             run = asyncio.ensure_future(manager.run(action, actual_port, host))
+        if live and action != "view":  # in the foreground, the first trial starts before the web stack loads
+            await _first_trial_started(manager, run, FIRST_TRIAL_WAIT)
         server, serving = await _serve(manager, sock, action == "view", token, host)
         try:
             while not run.done():
