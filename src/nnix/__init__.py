@@ -6,11 +6,12 @@ milliseconds, so nothing heavy is imported here. ``nnix.Experiment`` is resolved
 
 from __future__ import annotations
 
+from nnix.version import __version__
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__version__ = "0.1.0"
 __all__ = ["Experiment", "__version__"]
 
 

@@ -20,15 +20,11 @@ from nnix.core.manager_error import apply_manager_error
 from nnix.core.state import ExperimentState, fold, fold_store
 from nnix.errors import ExperimentNotFoundError
 from nnix.model.status import ExperimentStatus
+from nnix.paths import home as home
 from nnix.store.sqlite import SqliteStore
 
 ID_CHARS = string.ascii_lowercase + string.digits
 STORE_NAME = "db/nnix.sqlite"
-
-
-def home() -> Path:
-    """Where the registry lives: ``$NNIX_HOME`` or ``~/nni-experiments`` (NNI's default root)."""
-    return Path(os.environ.get("NNIX_HOME") or "~/nni-experiments").expanduser()
 
 
 @dataclass

@@ -58,7 +58,7 @@ def _installed(group: str) -> tuple[tuple[str, str], ...]:
 
 def user_algorithms_file() -> Path:
     """Where ``nnix algo register`` keeps what it registered (beside the registry of experiments)."""
-    from nnix.home import home
+    from nnix.paths import home
 
     return home() / ".nnix" / "algorithms.json"
 

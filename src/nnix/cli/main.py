@@ -12,9 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
-from nnix import __version__
 from nnix.errors import NnixError
 from nnix.limits import MAX_TRIAL_CONCURRENCY, MAX_TRIAL_NUMBER
+from nnix.version import __version__
 
 app = typer.Typer(  # plain help and errors: rich (and its markdown) would double `nnix --help`'s start-up
     rich_markup_mode=None,

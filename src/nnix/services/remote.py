@@ -69,7 +69,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import asyncssh
 
-from nnix import __version__
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import GpuUnavailableError, ServiceError
@@ -79,6 +78,7 @@ from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, Start
 from nnix.services.gpu import GpuInfo, GpuScheduler
 from nnix.services.mirror import OutputMirror
 from nnix.services.packing import CodeArchive, build_wheels, pack_code
+from nnix.version import __version__
 
 if TYPE_CHECKING:
     from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
