@@ -105,11 +105,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     n = ap.parse_args().repeat
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["NNIX_HOME"] = str(Path(tmp) / "home")
-        code_dir = Path(tmp) / "code"
+        os.environ["NNIX_HOME"] = str(Path(tmp) / "home")  # a scratch registry: the user's is never touched
+        code_dir = Path(tmp, "code")
         code_dir.mkdir()
-        (code_dir / "trial.py").write_text(TRIAL)
-        (code_dir / "sleepy.py").write_text(SLEEPY)
+        for name, text in (("trial.py", TRIAL), ("sleepy.py", SLEEPY)):
+            (code_dir / name).write_text(text)
         run([*NNIX, "--help"])  # warm the page cache
         base = sample(lambda: run([sys.executable, "-c", "pass"]), n)
         help_ = sample(lambda: run([*NNIX, "--help"]), n)

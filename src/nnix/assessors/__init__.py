@@ -14,12 +14,11 @@ if TYPE_CHECKING:
     from nnix.assessors.curvefitting import CurvefittingAssessor as CurvefittingAssessor
     from nnix.assessors.medianstop import MedianstopAssessor as MedianstopAssessor
 
-_WHERE = {
-    "Assessor": "nnix.assessors.base",
-    "AssessorContext": "nnix.assessors.base",
-    "CurvefittingAssessor": "nnix.assessors.curvefitting",
-    "Decision": "nnix.assessors.base",
-    "MedianstopAssessor": "nnix.assessors.medianstop",
-}
-__all__ = sorted(_WHERE)
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "nnix.assessors.base": ("Assessor", "AssessorContext", "Decision"),
+        "nnix.assessors.curvefitting": ("CurvefittingAssessor",),
+        "nnix.assessors.medianstop": ("MedianstopAssessor",),
+    },
+)

@@ -26,23 +26,18 @@ if TYPE_CHECKING:
     from nnix.services.remote import RemoteService as RemoteService
     from nnix.services.slurm import SlurmService as SlurmService
 
-_WHERE = {
-    "ClusterService": "nnix.services.cluster",
-    "EnvRequest": "nnix.services.cluster",
-    "EnvStatus": "nnix.services.cluster",
-    "FrameworkControllerService": "nnix.services.kubernetes",
-    "HybridService": "nnix.services.hybrid",
-    "KubeflowService": "nnix.services.kubernetes",
-    "KubernetesService": "nnix.services.kubernetes",
-    "Launcher": "nnix.services.cluster",
-    "LocalService": "nnix.services.local",
-    "OpenpaiService": "nnix.services.openpai",
-    "RayService": "nnix.services.ray",
-    "RemoteService": "nnix.services.remote",
-    "ServiceContext": "nnix.services.base",
-    "SlurmService": "nnix.services.slurm",
-    "TrainingService": "nnix.services.base",
-    "service_factory": "nnix.services.factory",
-}
-__all__ = sorted(_WHERE)
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "nnix.services.base": ("ServiceContext", "TrainingService"),
+        "nnix.services.cluster": ("ClusterService", "EnvRequest", "EnvStatus", "Launcher"),
+        "nnix.services.factory": ("service_factory",),
+        "nnix.services.hybrid": ("HybridService",),
+        "nnix.services.kubernetes": ("FrameworkControllerService", "KubeflowService", "KubernetesService"),
+        "nnix.services.local": ("LocalService",),
+        "nnix.services.openpai": ("OpenpaiService",),
+        "nnix.services.ray": ("RayService",),
+        "nnix.services.remote": ("RemoteService",),
+        "nnix.services.slurm": ("SlurmService",),
+    },
+)

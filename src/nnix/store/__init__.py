@@ -13,11 +13,11 @@ if TYPE_CHECKING:
     from nnix.store.memory import MemoryStore as MemoryStore
     from nnix.store.sqlite import SqliteStore as SqliteStore
 
-_WHERE = {
-    "MemoryStore": "nnix.store.memory",
-    "SqliteStore": "nnix.store.sqlite",
-    "Store": "nnix.store.base",
-    "Stored": "nnix.store.base",
-}
-__all__ = sorted(_WHERE)
-__getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "nnix.store.base": ("Store", "Stored"),
+        "nnix.store.memory": ("MemoryStore",),
+        "nnix.store.sqlite": ("SqliteStore",),
+    },
+)

@@ -34,30 +34,28 @@ if TYPE_CHECKING:
     from nnix.tuners.tpe import TPETuner as TPETuner
     from nnix.tuners.tpe import TpeTuner as TpeTuner
 
-_WHERE = {
-    "AnnealTuner": "nnix.tuners.anneal",
-    "BOHBTuner": "nnix.tuners.bohb",
-    "BatchTuner": "nnix.tuners.batch",
-    "DNGOTuner": "nnix.tuners.dngo",
-    "EvolutionTuner": "nnix.tuners.evolution",
-    "GPTuner": "nnix.tuners.gp",
-    "GridSearchTuner": "nnix.tuners.gridsearch",
-    "HyperbandTuner": "nnix.tuners.hyperband",
-    "MetisTuner": "nnix.tuners.metis",
-    "PBTTuner": "nnix.tuners.pbt",
-    "RandomTuner": "nnix.tuners.random",
-    "RegularizedEvolutionTuner": "nnix.tuners.regularized_evolution",
-    "SMACTuner": "nnix.tuners.smac",
-    "TPELegacyTuner": "nnix.tuners.tpe",
-    "TPETuner": "nnix.tuners.tpe",
-    "Tuner": "nnix.tuners.base",
-    "TunerArgs": "nnix.tuners.base",
-    "TunerContext": "nnix.tuners.base",
-}
-ALIASES = {  # the other spelling of an acronym -> the class's name
-    "BohbTuner": "BOHBTuner",
-    "TpeLegacyTuner": "TPELegacyTuner",
-    "TpeTuner": "TPETuner",
-}
-__all__ = sorted(_WHERE)
-__getattr__, __dir__ = lazy_exports(__name__, {**_WHERE, **{a: _WHERE[c] for a, c in ALIASES.items()}})
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "nnix.tuners.anneal": ("AnnealTuner",),
+        "nnix.tuners.base": ("Tuner", "TunerArgs", "TunerContext"),
+        "nnix.tuners.batch": ("BatchTuner",),
+        "nnix.tuners.bohb": ("BOHBTuner",),
+        "nnix.tuners.dngo": ("DNGOTuner",),
+        "nnix.tuners.evolution": ("EvolutionTuner",),
+        "nnix.tuners.gp": ("GPTuner",),
+        "nnix.tuners.gridsearch": ("GridSearchTuner",),
+        "nnix.tuners.hyperband": ("HyperbandTuner",),
+        "nnix.tuners.metis": ("MetisTuner",),
+        "nnix.tuners.pbt": ("PBTTuner",),
+        "nnix.tuners.random": ("RandomTuner",),
+        "nnix.tuners.regularized_evolution": ("RegularizedEvolutionTuner",),
+        "nnix.tuners.smac": ("SMACTuner",),
+        "nnix.tuners.tpe": ("TPELegacyTuner", "TPETuner"),
+    },
+    aliases={  # the other spelling of an acronym -> the class's name
+        "BohbTuner": "BOHBTuner",
+        "TpeLegacyTuner": "TPELegacyTuner",
+        "TpeTuner": "TPETuner",
+    },
+)
