@@ -1,7 +1,6 @@
 """`nnix` (alias `nnictl`): NNI's verbs and flags. Heavy modules are imported inside commands so
 that quick verbs (stop, list, status) start fast."""
 
-from __future__ import annotations
 
 import csv
 import json

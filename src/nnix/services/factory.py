@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from nnix.agent.runner import RunnerEvent
 from nnix.errors import TunerError
+from nnix.registry import entry_point_group
 from nnix.services.base import ServiceContext, TrainingService
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def service_factory(
     platform = config.training_service.platform
     cls: Any = service_class
     if cls is None:
-        eps = {ep.name: ep for ep in entry_points(group="nnix.services")}
+        eps = {ep.name: ep for ep in entry_point_group("nnix.services")}
         if platform not in eps:
             raise TunerError(f"training service {platform!r} is not installed", f"installed: {', '.join(eps)}")
         cls = eps[platform].load()
