@@ -58,8 +58,8 @@ def build(root: Path, n_trials: int, n_metrics: int, size_mb: int) -> tuple[str,
     from nnix.config import parse_config
     from nnix.core.events import ManagerStarted, MetricReported, StatusChanged, TrialCreated, TrialEnded, TrialStarted
     from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
-    from nnix.experiment import create
     from nnix.home import STORE_NAME
+    from nnix.host.build import create
     from nnix.store.sqlite import SqliteStore
 
     code = root / "code"

@@ -48,8 +48,8 @@ def build_store(root: Path, n_trials: int, n_metrics: int, seed: int = 7) -> tup
         TrialStarted,
     )
     from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
-    from nnix.experiment import create
     from nnix.home import STORE_NAME
+    from nnix.host.build import create
     from nnix.store.sqlite import SqliteStore
 
     code = root / "code"

@@ -3,7 +3,7 @@
 Every one must give exit code 2, a message that names the file and the field (or what is wrong with the
 file), no traceback, and a message of bounded size. Most run in-process through ``nnix.cli.main.main``
 (fast); the ones that hung or blew the stack in older versions run in a real subprocess with a deadline.
-Nothing is ever started: ``nnix.experiment.create`` is replaced by a function that fails the test.
+Nothing is ever started: ``nnix.host.build.create`` is replaced by a function that fails the test.
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ def test_malformed_config_gives_a_clear_error(
     case_id: str, content: Content, fragments: list[str], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import nnix.experiment
+    import nnix.host.build
     from nnix.cli.main import main
 
     path = materialise(content, tmp_path)
@@ -242,7 +242,7 @@ def test_malformed_config_gives_a_clear_error(
     def started(*_: Any, **__: Any) -> Any:
         raise AssertionError(f"{case_id}: the config was accepted")
 
-    monkeypatch.setattr(nnix.experiment, "create", started)
+    monkeypatch.setattr(nnix.host.build, "create", started)
     monkeypatch.setattr(sys, "argv", ["nnix", "create", "--config", str(path)])
     with pytest.raises(SystemExit) as info:
         main()

@@ -48,7 +48,7 @@ def test_loose_modes_of_an_older_experiment_are_tightened(tmp_path: Path) -> Non
 
 
 def test_the_reason_file_is_written_in_place_read_and_cleared(tmp_path: Path) -> None:
-    from nnix.home import (
+    from nnix.core.manager_error import (
         apply_manager_error,
         clear_manager_error,
         prepare_manager_error,

@@ -6,11 +6,12 @@ milliseconds, so nothing heavy is imported here. ``nnix.Experiment`` is resolved
 
 from __future__ import annotations
 
+from nnix.version import __version__
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__version__ = "0.1.0"
 __all__ = ["Experiment", "__version__"]
 
 
@@ -20,3 +21,7 @@ def __getattr__(name: str) -> Any:
 
         return Experiment
     raise AttributeError(f"module 'nnix' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "Experiment"])

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nnix import __version__
 from nnix.errors import NnixError
+from nnix.version import __version__
 
 MANIFEST = "nnix-archive.json"
 FORMAT = 1

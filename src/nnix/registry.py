@@ -16,7 +16,7 @@ import importlib
 import inspect
 import sys
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoints, entry_points
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,15 +50,27 @@ def builtin(kind: Kind) -> dict[str, str]:
 
 
 @functools.cache
+def _every_entry_point() -> Any:  # EntryPoints (Python 3.12) or SelectableGroups (3.10, 3.11): both .select()
+    # scanning every installed distribution takes tens of milliseconds: once per process for all groups (what
+    # is installed does not change under a running nnix; `nnix algo register` keeps its own file)
+    return entry_points()
+
+
+def entry_point_group(group: str) -> EntryPoints:
+    """The installed entry points of ``group`` (tuners, assessors, training services), from one scan of the
+    installed distributions per process."""
+    found: EntryPoints = _every_entry_point().select(group=group)
+    return found
+
+
+@functools.cache
 def _installed(group: str) -> tuple[tuple[str, str], ...]:
-    # scanning every installed distribution takes tens of milliseconds: once per process (what is
-    # installed does not change under a running nnix; `nnix algo register` keeps its own file)
-    return tuple((ep.name.lower(), ep.value) for ep in entry_points(group=group))
+    return tuple((ep.name.lower(), ep.value) for ep in entry_point_group(group))
 
 
 def user_algorithms_file() -> Path:
     """Where ``nnix algo register`` keeps what it registered (beside the registry of experiments)."""
-    from nnix.home import home
+    from nnix.paths import home
 
     return home() / ".nnix" / "algorithms.json"
 

@@ -26,8 +26,8 @@ from nnix.core.events import (
 )
 from nnix.core.manager import ExperimentManager
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
-from nnix.experiment import build_manager
 from nnix.home import STORE_NAME
+from nnix.host.build import build_manager
 from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until_async as until
 from nnix.testing.experiments import make_experiment

@@ -123,7 +123,8 @@ def test_foreign_host_names_are_refused(finished: Path, h: Any) -> None:
 
 
 def test_host_policy_of_non_loopback_binds_and_allowed_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nnix.api.security import HostPolicy, check_host_name, configured_hosts
+    from nnix.api.security import HostPolicy, configured_hosts
+    from nnix.config.fields import check_host_name
 
     loop = HostPolicy("127.0.0.1")
     assert loop.allows("127.3.4.5:1") and loop.allows("[::1]") and loop.allows(None)

@@ -231,9 +231,10 @@ def test_a_cluster_trial_gets_the_same_reason_and_log_trial_reads_the_managers_c
 
 def test_manager_log_rotates_and_follow_survives_a_rotation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nnix.cli import logs
+    from nnix.host import logs as manager_logs
 
-    monkeypatch.setattr(logs, "LOG_MAX_BYTES", 4000)
-    logs.setup_manager_logging(tmp_path, "info")
+    monkeypatch.setattr(manager_logs, "LOG_MAX_BYTES", 4000)
+    manager_logs.setup_manager_logging(tmp_path, "info")
     log = logging.getLogger("nnix.manager")
     try:
         for i in range(400):

@@ -140,7 +140,7 @@ def _state_with(counts: dict[TrialStatus | None, int], status: ExperimentStatus)
 
 
 def test_progress_line_fits_the_width_it_is_given() -> None:
-    from nnix.cli.run import progress_line
+    from nnix.host.progress import progress_line
 
     now = 1000.0 + 3 * 3600
     counts = {TrialStatus.SUCCEEDED: 200, TrialStatus.RUNNING: 8, None: 2, TrialStatus.FAILED: 150,

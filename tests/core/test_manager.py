@@ -353,7 +353,7 @@ def test_a_full_store_halts_the_manager_without_killing_trials_and_resume_loses_
 
 
 def test_view_shows_why_the_last_manager_stopped(tmp_path: Path) -> None:
-    from nnix.home import write_manager_error
+    from nnix.core.manager_error import write_manager_error
 
     cmd = _trial(tmp_path, "nni.report_final_result(1)\n")
     _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=1)

@@ -559,7 +559,7 @@ def test_a_killed_managers_private_ray_keeps_its_trials_for_resume(tmp_path: Pat
 
 
 def test_each_experiment_has_its_own_head_and_stop_or_done_ends_it(tmp_path: Path, heads: PrivateHeads) -> None:
-    from nnix.cli.control import stop_experiment
+    from nnix.client import stop_experiment
 
     a_id, a_dir, _ = _waiting_experiment(tmp_path, "a", trials=1, concurrency=1)
     b_id, b_dir, b_code = _waiting_experiment(tmp_path, "b", trials=1, concurrency=1, idleTimeout=1)

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from nnix import __version__
 from nnix.agent.commands import TrialCommands
 from nnix.agent.protocol import (
     Attach,
@@ -55,6 +54,7 @@ from nnix.agent.protocol import (
 )
 from nnix.agent.runner import Exited, Requeued, RunnerEvent, TrialRunner
 from nnix.errors import ServiceError
+from nnix.version import __version__
 
 __all__ = ["AgentClient", "ConnectSettings", "host_resources", "load_settings"]
 
@@ -84,7 +84,7 @@ def load_settings(path: Path) -> ConnectSettings:
 
 def gpu_inventory() -> Any:
     """The host's GPUs via NVML (``pynvml`` from nvidia-ml-py; without it, or without a driver: none)."""
-    from nnix.services.gpu import NvmlInventory
+    from nnix.gpu import NvmlInventory
 
     return NvmlInventory(cache_seconds=5.0)
 

@@ -19,7 +19,6 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from nnix import __version__
 from nnix.api.common import JSON, ApiContext, ApiError, dumps, ms, read_json
 from nnix.api.files import open_trial_file_async, serve_file
 from nnix.api.jsonstream import JSONStream
@@ -30,6 +29,7 @@ from nnix.core.state import Metric, TrialState
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
 from nnix.model.status import MetricType, TrialStatus
+from nnix.version import __version__
 
 PREFIX = "/api/v1/nni"
 
@@ -372,7 +372,7 @@ def routes(ctx: ApiContext) -> list[Route]:
 
     async def import_data(request: Request) -> Response:
         ctx.require_writable()
-        from nnix.cli.control import validate_import
+        from nnix.model.imported import validate_import
 
         body = await read_json(request)
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nnix import __version__
+from nnix.version import __version__
 
 _ERR = {"description": "Refused", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 

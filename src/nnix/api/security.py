@@ -26,7 +26,6 @@ One ASGI layer, outside everything else (the token check included), does three t
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import os
 import secrets
@@ -35,6 +34,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nnix.api.auth import HttpMiddleware, is_loopback, response_headers
+from nnix.config.fields import check_host_name, ip_address_of
 
 Scope = dict[str, Any]
 
@@ -72,27 +72,6 @@ def split_host(value: str) -> str:
     return value.rstrip(".")
 
 
-def _is_ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(name)
-    except ValueError:
-        return None
-
-
-def check_host_name(name: str) -> str:
-    """``name`` as an entry of ``allowedHosts`` (a host name, an IP address or ``*``), or ValueError."""
-    value = name.strip().lower().rstrip(".")
-    if value == "*" or _is_ip(value.strip("[]")) is not None:
-        return value.strip("[]")
-    labels = value.split(".")
-    if not value or len(value) > 253 or not all(
-            0 < len(label) <= 63 and label.replace("-", "").replace("_", "").isalnum() and label.isascii()
-            for label in labels):
-        raise ValueError(f"{name!r} is not a host name (give a name such as `myhost.lan`, an IP address, or `*`; "
-                         "no scheme, port or path)")
-    return value
-
-
 def configured_hosts(config_hosts: Iterable[str] | None) -> list[str]:
     """The extra host names: the config's ``allowedHosts`` and ``NNIX_ALLOWED_HOSTS`` (comma-separated)."""
     names = list(config_hosts or [])
@@ -125,7 +104,7 @@ class HostPolicy:
         name = split_host(value)
         if name in self.names:
             return True
-        ip = _is_ip(name)
+        ip = ip_address_of(name)
         if ip is None:
             return False
         return ip.is_loopback or not self.loopback  # an address cannot be re-pointed by an attacker's DNS

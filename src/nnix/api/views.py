@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from nnix import __version__
 from nnix.api.common import ApiError, dumps, ms
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import Metric, TrialState
 from nnix.model.metrics import scalar_value
 from nnix.model.status import MetricType, TrialStatus
+from nnix.version import __version__
 
 STOPPED_STATUSES = (TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED, TrialStatus.EARLY_STOPPED)
 

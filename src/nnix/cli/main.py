@@ -1,7 +1,6 @@
 """`nnix` (alias `nnictl`): NNI's verbs and flags. Heavy modules are imported inside commands so
 that quick verbs (stop, list, status) start fast."""
 
-from __future__ import annotations
 
 import csv
 import json
@@ -13,26 +12,33 @@ from typing import Annotated, Any
 
 import typer
 
-from nnix import __version__
 from nnix.errors import NnixError
 from nnix.limits import MAX_TRIAL_CONCURRENCY, MAX_TRIAL_NUMBER
+from nnix.version import __version__
 
-app = typer.Typer(
+app = typer.Typer(  # plain help and errors: rich (and its markdown) would double `nnix --help`'s start-up
+    rich_markup_mode=None,
     name="nnix",
     help="Run NNI hyper-parameter tuning experiments (nnictl-compatible).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-update_app = typer.Typer(help="Change a running experiment.", no_args_is_help=True)
-trial_app = typer.Typer(help="List or kill trials.", no_args_is_help=True)
-experiment_app = typer.Typer(help="List, show, export, import and delete experiments.", no_args_is_help=True)
-log_app = typer.Typer(help="Show the manager's log and trials' output.", no_args_is_help=True)
+
+
+def _group(help: str) -> typer.Typer:
+    return typer.Typer(rich_markup_mode=None, help=help, no_args_is_help=True)
+
+
+update_app = _group("Change a running experiment.")
+trial_app = _group("List or kill trials.")
+experiment_app = _group("List, show, export, import and delete experiments.")
+log_app = _group("Show the manager's log and trials' output.")
 app.add_typer(update_app, name="update")
 app.add_typer(trial_app, name="trial")
 app.add_typer(experiment_app, name="experiment")
 app.add_typer(log_app, name="log")
-algo_app = typer.Typer(help="Tuners and assessors installed (built-in and by entry point).", no_args_is_help=True)
+algo_app = _group("Tuners and assessors installed (built-in and by entry point).")
 app.add_typer(algo_app, name="algo")
 
 IdArg = Annotated[str | None, typer.Argument(help="Experiment id (or unique prefix); default: the one running.")]
@@ -100,7 +106,7 @@ def _start(exp_id: str, action: str, port: int, foreground: bool, host: str = "1
     exp_dir = Path(Registry().get(exp_id).dir)
     token = token_for_bind(exp_dir, host)
     if foreground:
-        from nnix.cli.run import run_manager
+        from nnix.host.run import run_manager
 
         try:
             outcome = run_manager(exp_id, action, port=port, live=True, host=host)
@@ -111,8 +117,9 @@ def _start(exp_id: str, action: str, port: int, foreground: bool, host: str = "1
     if token:
         typer.echo(f"Listening on {host}: every REST call needs the experiment's token (the link below carries it; "
                    f"the nnix CLI reads it from {exp_dir / TOKEN_FILE}).")
-    from nnix.cli.run import EXIT_ERROR, spawn_daemon
     from nnix.home import read_state
+    from nnix.host.progress import EXIT_ERROR
+    from nnix.host.run import spawn_daemon
 
     spawn_daemon(exp_id, action, port, host=host, fork=True)
     entry = Registry().get(exp_id)
@@ -147,7 +154,7 @@ def create(
     ERROR (the reason is printed); 4 it ended but no trial succeeded; 130 Ctrl-C (resume it with
     `nnix resume ID`); 143 stopped from elsewhere (nnix stop, the web UI)."""
     from nnix.config import load_config
-    from nnix.experiment import create as create_experiment
+    from nnix.host.build import create as create_experiment
 
     loaded = load_config(config)
     for w in loaded.warnings:
@@ -160,13 +167,13 @@ def create(
     if url_prefix:
         typer.secho("warning: --url_prefix is ignored by nnix", err=True, fg=typer.colors.YELLOW)
     exp_id, exp_dir = create_experiment(loaded, experiment_id)
-    from nnix.cli.logs import note_created
+    from nnix.host.logs import note_created
 
     note_created(Path(exp_dir), exp_id, config, loaded.warnings)
     try:
         _start(exp_id, "create", port, foreground, host)
     except NnixError:
-        from nnix.experiment import discard_unstarted
+        from nnix.host.build import discard_unstarted
 
         discard_unstarted(exp_id)  # a failed create leaves nothing behind
         raise
@@ -236,7 +243,7 @@ def stop(
 ) -> None:
     """Stop an experiment's manager, whatever its status: a running experiment's trials are canceled
     and its state is kept for resume; a finished (DONE, ERROR) or viewed one stops serving its web UI."""
-    from nnix.cli.control import stop_experiment
+    from nnix.client import stop_experiment
     from nnix.home import live_managers
 
     if experiment_id == "all":
@@ -256,7 +263,7 @@ def stop(
 
 
 def _update(exp_id: str | None, kind: str, camel: str, value: Any) -> None:
-    from nnix.cli.control import manager_call
+    from nnix.client import manager_call
 
     eid = resolve_id(exp_id)
     manager_call(eid, f"/experiment?update_type={kind}", "PUT", {"params": {camel: value}})
@@ -337,7 +344,8 @@ def _state(exp_id: str | None) -> tuple[str, Any]:
 
 def _warn_halted(eid: str) -> None:
     """Say (on stderr, so that --json output stays NNI's) why the last manager stopped, if it left a reason."""
-    from nnix.home import Registry, manager_error_text, read_manager_error
+    from nnix.core.manager_error import manager_error_text, read_manager_error
+    from nnix.home import Registry
 
     error = read_manager_error(Path(Registry().get(eid).dir))
     if error is not None:
@@ -470,7 +478,7 @@ def trial_kill(
     trial_id: Annotated[str, typer.Option("--trial_id", "--trial-id", "-T", help="Trial to kill.")] = ...,  # type: ignore[assignment]
 ) -> None:
     """Kill a trial (its whole process tree); it becomes USER_CANCELED."""
-    from nnix.cli.control import manager_call
+    from nnix.client import manager_call
 
     eid = resolve_id(experiment_id)
     manager_call(eid, f"/trial-jobs/{trial_id}", "DELETE")
@@ -561,8 +569,8 @@ def experiment_status(
     """Show an experiment's status, why it is in ERROR (if it is), its manager and progress."""
     from collections import Counter
 
-    from nnix.cli.run import summary_line
     from nnix.home import manager_alive, shown_status
+    from nnix.host.progress import summary_line
 
     eid, st = _state(experiment_id)
     status = shown_status(st)
@@ -689,7 +697,7 @@ def experiment_import(
     filename: Annotated[Path, typer.Option("--filename", "-f", help="JSON list of {parameter, value}.")] = ...,  # type: ignore[assignment]
 ) -> None:
     """Feed prior results to the experiment's tuner."""
-    from nnix.cli.control import import_records
+    from nnix.client import import_records
 
     eid = resolve_id(experiment_id)
     try:
@@ -752,8 +760,9 @@ def log_manager(
 ) -> None:
     """The experiment manager's log (log/manager.log): start, limits, each trial's start and end with its
     reason, assessor decisions, warnings and errors. --follow: until the manager exits."""
-    from nnix.cli.logs import MANAGER_LOG, print_file
+    from nnix.cli.logs import print_file
     from nnix.home import Registry, pid_alive, read_state
+    from nnix.host.logs import MANAGER_LOG
 
     eid = resolve_id(experiment_id)
     exp_dir = Path(Registry().get(eid).dir)
@@ -859,8 +868,8 @@ def top(interval: Annotated[float, typer.Option("--time", "-t", help="Refresh se
     from rich.live import Live
     from rich.table import Table
 
-    from nnix.cli.run import summary_line
     from nnix.home import Registry, effective_status, read_state
+    from nnix.host.progress import summary_line
 
     def render() -> Group:
         parts: list[Any] = []
@@ -1001,11 +1010,10 @@ def experiment_load(
 
 # --- webui / config / platform -----------------------------------------------------------------------
 
-webui_app = typer.Typer(help="The web UI of an experiment.", no_args_is_help=True)
-config_app = typer.Typer(help="An experiment's config.", no_args_is_help=True)
-platform_app = typer.Typer(help="What nnix left on remote machines and cluster storage.", no_args_is_help=True)
-tensorboard_app = typer.Typer(help="TensorBoard for trials (needs TensorBoard: the tensorboard extra of nnix).",
-                              no_args_is_help=True)
+webui_app = _group("The web UI of an experiment.")
+config_app = _group("An experiment's config.")
+platform_app = _group("What nnix left on remote machines and cluster storage.")
+tensorboard_app = _group("TensorBoard for trials (needs TensorBoard: the tensorboard extra of nnix).")
 app.add_typer(webui_app, name="webui")
 app.add_typer(config_app, name="config")
 app.add_typer(platform_app, name="platform")
@@ -1148,7 +1156,7 @@ def tensorboard_start(
 ) -> None:
     """Start TensorBoard on trials' NNI_OUTPUT_DIR/tensorboard (or their output directories), through the
     experiment's manager (running or viewed); it stops with the manager or with `nnix tensorboard stop`."""
-    from nnix.cli.control import manager_call
+    from nnix.client import manager_call
 
     eid, st = _state(experiment_id)
     ids = trial_id or ",".join(t.trial_id for t in st.trials.values() if t.output_dir)
@@ -1168,7 +1176,7 @@ def tensorboard_stop(
     task: Annotated[str | None, typer.Option("--id", help="Stop only this TensorBoard task.")] = None,
 ) -> None:
     """Stop the experiment's TensorBoard processes."""
-    from nnix.cli.control import manager_call
+    from nnix.client import manager_call
 
     eid = resolve_id(experiment_id)
     infos = [manager_call(eid, f"/tensorboard/{task}", "DELETE")] if task else manager_call(

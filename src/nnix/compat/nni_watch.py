@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         return 0
     from pathlib import Path
 
-    from nnix.cli.control import stop_experiment
+    from nnix.client import stop_experiment
     from nnix.errors import NnixError
     from nnix.home import Registry, read_state
 

@@ -2,7 +2,7 @@
 
 Field names are snake_case; the JSON/REST form (:meth:`ExperimentConfig.to_json`) uses NNI's camelCase
 keys. NNI's YAML dialects (v2 camelCase or snake_case keys, legacy v1) are translated to this schema at
-the edge by :mod:`nnix.compat.nni_config`, which only the loader imports; nothing else in nnix knows about
+the edge by :mod:`nnix.config.nni`, which only the loader imports; nothing else in nnix knows about
 them.
 
 - :mod:`nnix.config.fields`: value parsers and validated field types (durations, GPU indices, paths...).

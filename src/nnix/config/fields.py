@@ -8,6 +8,7 @@ other part of :mod:`nnix.config`.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -219,9 +220,28 @@ def _default_home() -> Path:
     return Path.home() / "nni-experiments"
 
 
-def _host_name(value: str) -> str:
-    from nnix.api.security import check_host_name
+def ip_address_of(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(name)
+    except ValueError:
+        return None
 
+
+def check_host_name(name: str) -> str:
+    """``name`` as an entry of ``allowedHosts`` (a host name, an IP address or ``*``), or ValueError."""
+    value = name.strip().lower().rstrip(".")
+    if value == "*" or ip_address_of(value.strip("[]")) is not None:
+        return value.strip("[]")
+    labels = value.split(".")
+    if not value or len(value) > 253 or not all(
+            0 < len(label) <= 63 and label.replace("-", "").replace("_", "").isalnum() and label.isascii()
+            for label in labels):
+        raise ValueError(f"{name!r} is not a host name (give a name such as `myhost.lan`, an IP address, or `*`; "
+                         "no scheme, port or path)")
+    return value
+
+
+def _host_name(value: str) -> str:
     try:
         return check_host_name(value)
     except ValueError as e:

@@ -3,7 +3,7 @@
 :func:`load_config` / :func:`parse_config` report every problem of a file at once as a
 :class:`~nnix.errors.ConfigError`, each issue with the path the user wrote (``trainingService.gpuIndices``,
 ``trial.command`` for a v1 file) and a hint. NNI's YAML shapes are translated to the native schema by
-:mod:`nnix.compat.nni_config`; this is the only module of :mod:`nnix.config` that imports it.
+:mod:`nnix.config.nni`; this is the only module of :mod:`nnix.config` that imports it.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from nnix.compat.nni_config import NNI_PLATFORMS, Loc, Translation, _remap, format_path, translate
 from nnix.config.experiment import AlgorithmConfig, ExperimentConfig
 from nnix.config.fields import _BASE_DIR, _LOADER, resolve_path
+from nnix.config.nni import NNI_PLATFORMS, Loc, Translation, _remap, format_path, translate
 from nnix.config.services import (
     TrainingServiceConfig,
     cross_check,

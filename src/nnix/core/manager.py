@@ -27,6 +27,7 @@ from nnix.agent.channel import metric_problem
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
+from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.core.state import ExperimentState, TrialState, fold_store, write_snapshot
 from nnix.errors import (
     NnixError,
@@ -36,7 +37,6 @@ from nnix.errors import (
     StoreError,
     StoreFullError,
 )
-from nnix.home import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.model.events import (
     DataImported,
     Event,
@@ -102,7 +102,7 @@ class ServiceEvents:
 
 
 class ExperimentManager:
-    """Drives one experiment. Build it with :func:`nnix.experiment.build_manager`."""
+    """Drives one experiment. Build it with :func:`nnix.host.build.build_manager`."""
 
     def __init__(
         self,

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from nnix import __version__
 from nnix.agent.protocol import Hello, Message, ProtocolError, decode, encode, versions_compatible
 from nnix.errors import ServiceError
+from nnix.version import __version__
 
 __all__ = ["PREFIX", "AgentServer", "Endpoint", "EnvironmentHandler"]
 

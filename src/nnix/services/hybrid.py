@@ -52,7 +52,7 @@ class HybridService(Configured):
     @classmethod
     def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
                              options: dict[str, Any]) -> dict[str, Any]:
-        from nnix.experiment import service_factory
+        from nnix.services.factory import service_factory
 
         ts = cast("HybridConfig", config.training_service)
         children: list[TrainingService] = []

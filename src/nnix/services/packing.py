@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from nnix import __version__
 from nnix.errors import ServiceError
+from nnix.version import __version__
 
 __all__ = ["MAX_BYTES", "MAX_FILES", "CodeArchive", "build_wheels", "pack_code", "shared_bootstrap", "stage_shared"]
 
@@ -152,9 +152,7 @@ def _write_wheel(dest_dir: Path, name: str, version: str, files: list[tuple[str,
 
 
 def _nnix_files() -> list[tuple[str, bytes]]:
-    import nnix
-
-    root = Path(nnix.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the nnix package
     out = []
     for dirpath, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")

@@ -13,8 +13,8 @@ from typing import Any
 from nnix.config import parse_config
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import ExperimentState
-from nnix.experiment import build_manager, create
 from nnix.home import read_state
+from nnix.host.build import build_manager, create
 from nnix.model.status import ExperimentStatus
 
 

@@ -196,7 +196,7 @@ class PrivateHeads:
     def manager(self, exp_id: str, action: str, log: Path, env: dict[str, str] | None = None,
                 exit_when_done: bool = True, **options: Any) -> subprocess.Popen[bytes]:
         """Run ``exp_id``'s manager (``create`` / ``resume``) in a process of its own, as ``nnix`` does."""
-        code = ("import json, sys; from nnix.cli.run import run_manager; "
+        code = ("import json, sys; from nnix.host.run import run_manager; "
                 "run_manager(sys.argv[1], sys.argv[2], port=0, live=False, exit_when_done=sys.argv[3] == '1', "
                 "**json.loads(sys.argv[4]))")
         with open(log, "ab") as f:

@@ -62,7 +62,7 @@ from nnix.tuners.hyperband import (
 from nnix.tuners.transform import EDGE as _EDGE
 from nnix.tuners.transform import SpaceTransform
 
-__all__ = ["BohbArgs", "BohbTuner", "Encoding"]
+__all__ = ["BOHBTuner", "BohbArgs", "BohbTuner", "Encoding"]
 
 Array = NDArray[np.float64]
 _TINY = 1e-32
@@ -192,7 +192,7 @@ class _Kde:
 # the tuner
 
 
-class BohbTuner:
+class BOHBTuner:
     """BOHB: Hyperband scheduling (shared code) plus a good/bad density model per budget."""
 
     Args: ClassVar[type[TunerArgs]] = BohbArgs
@@ -289,3 +289,6 @@ class BohbTuner:
 
 def _budget_key(b: float) -> float:
     return round(b, 9)
+
+
+BohbTuner = BOHBTuner  # the other spelling of the acronym (nnix.tuners)

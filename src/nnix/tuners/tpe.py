@@ -63,7 +63,7 @@ trials over 40 seeds, Branin (optimum 0.398) and the mixed space (optimum 0), NN
   rounded), not a set of unordered categories: integer parameters are nearly always ordinal
   (mixed 0.064 -> 0.003).
 
-``TPE_legacy`` (NNI's hyperopt-based TPE) maps to :class:`TpeLegacyTuner`: the same code with
+``TPE_legacy`` (NNI's hyperopt-based TPE) maps to :class:`TPELegacyTuner`: the same code with
 NNI/hyperopt's model (independent parameters, widths within each set with the prior centre as a
 neighbour, 20 startup jobs, ``gamma`` 0.25, categorical ``randint``) and hyperopt's classArgs
 (``optimize_mode``, ``seed``, ``parallel_optimize``, ``constant_liar_type`` min/max/mean).
@@ -88,7 +88,10 @@ from nnix.tuners.base import TunerArgs, TunerContext
 from nnix.tuners.dedup import Deduplicator, extends_records
 from nnix.tuners.transform import Column, Group, SpaceTransform
 
-__all__ = ["HyperoptArgs", "TpeArgs", "TpeLegacyTuner", "TpeSettings", "TpeTuner", "TpeTunerArgs"]
+__all__ = [
+    "HyperoptArgs", "TPELegacyTuner", "TPETuner", "TpeArgs", "TpeLegacyTuner", "TpeSettings", "TpeTuner",
+    "TpeTunerArgs",
+]
 
 Array = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -562,7 +565,7 @@ class _Data:
     good: BoolArray
 
 
-class TpeTuner:
+class TPETuner:
     """TPE with NNI's classArgs; see the module docstring for the model and the changed defaults."""
 
     Args: ClassVar[type[TunerArgs]] = TpeTunerArgs
@@ -698,8 +701,8 @@ class TpeTuner:
         return float(rng.normal(d.mu, d.sigma))
 
 
-class TpeLegacyTuner(TpeTuner):
-    """NNI ``TPE_legacy`` (hyperopt's TPE): :class:`TpeTuner` with hyperopt's model and classArgs."""
+class TPELegacyTuner(TPETuner):
+    """NNI ``TPE_legacy`` (hyperopt's TPE): :class:`TPETuner` with hyperopt's model and classArgs."""
 
     Args: ClassVar[type[TunerArgs]] = HyperoptArgs
 
@@ -710,3 +713,7 @@ class TpeLegacyTuner(TpeTuner):
         liar = liar_map[h.constant_liar_type] if h.parallel_optimize else None
         self.settings = replace(LEGACY, liar=liar)
         self.hyperopt_args = h
+
+
+TpeTuner = TPETuner  # NNI's class name (acronyms: nnix.tuners)
+TpeLegacyTuner = TPELegacyTuner

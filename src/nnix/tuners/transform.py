@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import ndtr, ndtri
 
 from nnix.errors import FieldIssue
 from nnix.space import Param, Params, SearchSpace
@@ -166,6 +165,8 @@ class Column:
             v = math.log(v)
         if self.bounded:
             return min(max((v - self.lo) / (self.hi - self.lo), 0.0), 1.0)
+        from scipy.special import ndtr  # only unbounded (normal) parameters need scipy: keep it off start-up
+
         return float(min(max(ndtr((v - self.mu) / self.sigma), EDGE), 1 - EDGE))
 
     def from_unit(self, u: float) -> Any:
@@ -182,6 +183,8 @@ class Column:
             return int(p.low or 0) + cell if p.type == "randint" else p.choice_value(self.order[cell])
         if self.bounded:
             return p.from_internal(self.lo + x * (self.hi - self.lo))
+        from scipy.special import ndtri
+
         z = float(ndtri(min(max(x, EDGE), 1 - EDGE)))
         return p.from_internal(self.mu + self.sigma * z)
 

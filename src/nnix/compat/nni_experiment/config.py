@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 
 from nnix import config as native
-from nnix.compat.nni_config import norm_key
 from nnix.config import LoadedConfig, parse_config
+from nnix.config.nni import norm_key
 from nnix.errors import ConfigError, FieldIssue
 
 __all__ = [

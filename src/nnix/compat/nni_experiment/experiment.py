@@ -2,7 +2,7 @@
 
 The manager always runs as a background daemon (the one ``nnix create`` starts), so ``start()`` returns at
 once -- a Jupyter kernel is never blocked -- and ``run()`` is ``start()`` plus waiting for the end. Every
-query and change goes through the manager's NNI REST routes (:func:`nnix.cli.control.rest_call`).
+query and change goes through the manager's NNI REST routes (:func:`nnix.client.rest_call`).
 
 Stopping: ``stop()``, leaving a ``with`` block, or the end of the Python process (``atexit``, as NNI) stop an
 experiment started in the default ``RunMode.Background``. A small watcher process started with it also stops
@@ -27,12 +27,13 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from nnix.cli.control import rest_call, stop_experiment
+from nnix.client import rest_call, stop_experiment
 from nnix.compat.nni_experiment.config import ExperimentConfig, NniConfigError
 from nnix.config import ExperimentConfig as NativeConfig
 from nnix.config import restore_secrets
+from nnix.core.manager_error import manager_error_text, read_manager_error
 from nnix.errors import FieldIssue, ManagerUnreachableError, NnixError
-from nnix.home import STORE_NAME, Registry, manager_alive, manager_error_text, read_manager_error, read_state
+from nnix.home import STORE_NAME, Registry, manager_alive, read_state
 from nnix.model.status import ExperimentStatus
 
 __all__ = [
@@ -207,7 +208,7 @@ class Experiment:
     def start(self, port: int = 8080, debug: bool = False, run_mode: RunMode = RunMode.Background) -> None:
         """Create the experiment and start its manager in the background; returns once it answers.
         ``port=0`` takes any free port (nnix); ``self.port`` says which."""
-        from nnix.experiment import create, discard_unstarted
+        from nnix.host.build import create, discard_unstarted
 
         if self.config is None:
             raise NnixError("this Experiment has no config to start",
@@ -356,7 +357,7 @@ class Experiment:
 
     def load_checkpoint(self) -> None:
         """Set ``self.config`` from the recorded experiment's config."""
-        from nnix.experiment import read_secrets
+        from nnix.host.build import read_secrets
 
         if self.id is None:
             raise NnixError("this Experiment has no id", "Experiment(None, 'ID')")
@@ -478,7 +479,7 @@ class Experiment:
 
     def _launch(self, action: str, port: int, run_mode: RunMode) -> None:
         from nnix.api.auth import connect_host, read_token
-        from nnix.cli.run import spawn_daemon
+        from nnix.host.run import spawn_daemon
 
         assert self.id is not None
         pid = spawn_daemon(self.id, action, port)

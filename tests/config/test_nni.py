@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from nnix.compat.nni_config import format_path, is_v1, normalize_v2, translate, translate_v1
 from nnix.config import LocalConfig
+from nnix.config.nni import format_path, is_v1, normalize_v2, translate, translate_v1
 from nnix.errors import ConfigError
 
 DATA = Path(__file__).parent / "data"

@@ -1,67 +1,23 @@
-"""Running a manager: in this process (foreground, with live progress) or as a daemon."""
+"""The foreground output of a manager run (first line, live progress, failure reasons, final summary), how a
+run ended (:class:`RunOutcome`) and its exit codes; the progress line is also what ``nnix top`` and
+``experiment status`` print."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import errno
-import importlib
 import json
-import logging
-import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nnix.cli.control import rest_get
-from nnix.core.manager import ExperimentManager
 from nnix.core.state import ExperimentState
-from nnix.errors import ManagerUnreachableError, NnixError, StoreFullError
-from nnix.experiment import build_manager
-from nnix.home import (
-    Registry,
-    port_holder,
-    prepare_manager_error,
-    read_manager_error,
-    read_state,
-    tighten_permissions,
-    ui_url,
-    write_manager_error,
-)
 from nnix.model.status import ExperimentStatus, TrialStatus
 
-
-def bind(port: int, host: str = "127.0.0.1") -> socket.socket:
-    # proto IPPROTO_TCP, so that asyncio sets TCP_NODELAY on accepted connections: without it every
-    # keep-alive response waits ~40 ms (Nagle + delayed ACK) between its headers and its body
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        if e.errno == errno.EADDRINUSE:
-            holder = port_holder(port)
-            raise NnixError(
-                f"port {port} is not idle" + (f": it is held by {holder}" if holder else ""),
-                "choose another one with --port, or --port 0 for any free port",
-            ) from e
-        raise NnixError(f"cannot listen on {host}:{port}: {e}") from e
-    sock.listen(128)
-    return sock
-
-
-def _setup_logging(exp_dir: Path, level: str) -> None:
-    from nnix.cli.logs import setup_manager_logging
-
-    setup_manager_logging(exp_dir, level)
+if TYPE_CHECKING:
+    from nnix.core.manager import ExperimentManager
 
 
 # --- exit codes of `create/resume --foreground` and `Experiment.run()` (README "Using it") ---------
@@ -357,197 +313,3 @@ def summary_lines(outcome: RunOutcome, exp_dir: Path) -> list[str]:
         out[-1] += f": {first}"
         out += [f"  {line.strip()}" for line in rest]
     return out
-
-
-async def _serve(
-    manager: ExperimentManager, sock: socket.socket, read_only: bool, token: str | None = None, host: str = "127.0.0.1",
-) -> Any:
-    # importing the web stack takes ~0.1 s: do it in a thread so the first trials start meanwhile
-    await asyncio.to_thread(importlib.import_module, "uvicorn")
-    import uvicorn
-
-    from nnix.api.app import create_app
-
-    class _Server(uvicorn.Server):
-        """The manager owns SIGTERM/SIGINT (they mean: stop the experiment), not uvicorn."""
-
-        def capture_signals(self) -> Any:
-            return contextlib.nullcontext()
-
-    app = create_app(manager, read_only=read_only, token=token, bind_host=host)
-    config = uvicorn.Config(app, log_level="warning", lifespan="off")
-    server = _Server(config)
-    server.nnix_app = app  # type: ignore[attr-defined]
-    task = asyncio.ensure_future(server.serve(sockets=[sock]))
-    return server, task
-
-
-def run_manager(
-    exp_id: str,
-    action: str,
-    *,
-    port: int = 8080,
-    live: bool = True,
-    exit_when_done: bool = True,
-    host: str = "127.0.0.1",
-    **service_options: Any,
-) -> RunOutcome:
-    """Run an experiment's manager in this process until it finishes or is stopped. ``live``: the
-    foreground output (first line, progress, failure reasons, summary) on stdout."""
-    entry = Registry().get(exp_id)
-    exp_dir = Path(entry.dir)
-    from nnix.api.auth import TOKEN_FILE, token_for_bind
-
-    loosened = tighten_permissions(exp_dir)  # experiments made before nnix set 0700/0600
-    prepare_manager_error(exp_dir)  # where a full disk's reason can still be written
-    token = token_for_bind(exp_dir, host)  # a non-loopback bind requires the experiment's token
-    sock = bind(port, host)
-    actual_port = sock.getsockname()[1]
-    manager = build_manager(exp_dir, exit_when_done=exit_when_done, **service_options)
-    _setup_logging(exp_dir, str(manager.config.get("log_level", "info")))
-    for change in loosened:
-        logging.getLogger("nnix.manager").warning("permissions tightened (owner only): %s", change)
-    Registry().update(entry.id, pid=os.getpid(), port=actual_port)
-    notes = (f"Listening on {host}: every REST call needs the experiment's token (the link above carries it; "
-             f"the nnix CLI reads it from {exp_dir / TOKEN_FILE}).",) if token else ()
-    progress = Progress(manager, live, ui_url(host, actual_port, token), notes)
-
-    def on_signal(signum: int) -> None:
-        progress.on_signal(signum)
-        manager.request_stop()
-
-    async def main() -> ExperimentStatus:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal, sig)
-        manager.subscribe(progress.tick)
-        progress.start()
-        if action == "view":
-            run = asyncio.ensure_future(manager.view(actual_port, host))
-        else:
-            run = asyncio.ensure_future(manager.run(action, actual_port, host))
-        server, serving = await _serve(manager, sock, action == "view", token, host)
-        try:
-            while not run.done():
-                await asyncio.wait({run}, timeout=0.5)
-                progress.tick()
-            return run.result()
-        finally:
-            server.should_exit = True
-            serving.cancel()  # the manager is done: no graceful HTTP shutdown to wait for
-            with contextlib.suppress(BaseException):
-                await serving
-            with contextlib.suppress(Exception):  # TensorBoard processes started from the web UI or CLI
-                await server.nnix_app.close()
-            progress.stop()
-            logging.getLogger("nnix.manager").info("REST server closed")
-
-    try:
-        asyncio.run(main())
-        outcome = RunOutcome(manager.state, progress.stop_signal)
-        progress.summary(outcome)
-        return outcome
-    except StoreFullError as e:
-        if manager.failure is None:  # not halted by the manager itself: keep the reason where readers look
-            write_manager_error(exp_dir, e.message, e.hint)
-        raise
-    finally:
-        manager.store.close()
-        sock.close()
-        logging.getLogger("nnix.manager").info("manager exits")
-
-
-def spawn_daemon(
-    exp_id: str, action: str, port: int, host: str = "127.0.0.1", timeout: float = 20.0, fork: bool = False
-) -> int:
-    """Start a detached manager process and wait until it answers. Returns its pid.
-
-    ``fork=True`` (the CLI) forks this process, which has already imported and validated
-    everything, instead of starting a fresh interpreter: the experiment starts ~0.3 s sooner.
-    Only safe in a single-threaded process, so the Python API does not use it."""
-    entry = Registry().get(exp_id)
-    log_dir = Path(entry.dir) / "log"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    bind(port, host).close()  # fail fast, here, if the port is taken
-    out = open(log_dir / "nnictl_stdout.log", "ab", buffering=0)
-    err = open(log_dir / "nnictl_stderr.log", "ab", buffering=0)
-    header = f"{'-' * 40}\nExperiment {exp_id} {action}: {time.ctime()}\n{'-' * 40}\n".encode()
-    with contextlib.suppress(OSError):  # a full disk: the manager says so in manager.error
-        out.write(header)
-        err.write(header)
-        out.flush()
-        err.flush()
-    if fork:
-        return _await_daemon(_ForkedDaemon(exp_id, action, port, host, out, err), exp_id, log_dir, host, timeout)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nnix.cli.daemon", exp_id, action, str(port), host],
-        stdin=subprocess.DEVNULL,
-        stdout=out,
-        stderr=err,
-        start_new_session=True,
-    )
-    out.close()
-    err.close()
-    return _await_daemon(proc, exp_id, log_dir, host, timeout)
-
-
-def _await_daemon(proc: Any, exp_id: str, log_dir: Path, host: str, timeout: float) -> int:
-    entry = Registry().get(exp_id)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            reason = read_manager_error(Path(entry.dir))
-            if reason is not None and reason.get("pid") == proc.pid:
-                raise NnixError(f"the experiment manager exited at start: {reason['message']}",
-                                reason.get("hint") or None)
-            tail = (log_dir / "nnictl_stderr.log").read_text(errors="replace").strip().splitlines()[-5:]
-            raise NnixError(f"the experiment manager exited at start (code {proc.returncode})", " | ".join(tail))
-        state = read_state(Path(entry.dir), summary=True)
-        if state.manager_pid == proc.pid and state.manager_port:
-            from nnix.api.auth import connect_host, read_token
-
-            try:
-                rest_get(state.manager_port, "/check-status", host=connect_host(host), timeout=0.5,
-                         token=read_token(Path(entry.dir)))
-                return int(proc.pid)
-            except ManagerUnreachableError:
-                pass
-        time.sleep(0.05)
-    raise NnixError(f"the experiment manager did not answer within {timeout:.0f} s", f"see {log_dir}")
-
-
-class _ForkedDaemon:
-    """A manager daemon forked from this process; quacks like ``subprocess.Popen`` for waiting."""
-
-    def __init__(self, exp_id: str, action: str, port: int, host: str, out: Any, err: Any) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the daemon
-            code = 1
-            try:
-                os.setsid()
-                devnull = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(devnull, 0)
-                os.dup2(out.fileno(), 1)
-                os.dup2(err.fileno(), 2)
-                from nnix.cli.daemon import main as daemon_main
-
-                code = daemon_main([exp_id, action, str(port), host])
-            finally:
-                with contextlib.suppress(BaseException):  # a full disk must not keep this child alive
-                    logging.shutdown()
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(code)
-        self.pid = pid
-        self.returncode: int | None = None
-        out.close()
-        err.close()
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            done, status = os.waitpid(self.pid, os.WNOHANG)
-            if done:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode

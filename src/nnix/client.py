@@ -1,4 +1,6 @@
-"""Talking to experiments from the CLI: REST calls to a running manager, stop. Kept light."""
+"""The client of experiments on this machine, shared by the CLI, the Python APIs (:mod:`nnix.experiment`, NNI's
+``nni.experiment``) and the REST compat layer: REST calls to a running manager, stopping it, importing data.
+Kept light: nothing here imports the manager, the web stack or a training service at module level."""
 
 from __future__ import annotations
 
@@ -11,18 +13,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from nnix.core.manager_error import manager_error_text, read_manager_error
 from nnix.errors import ManagerUnreachableError, NnixError
-from nnix.home import (
-    STORE_NAME,
-    Registry,
-    manager_alive,
-    manager_error_text,
-    pid_alive,
-    read_manager_error,
-    read_state,
-    shown_status,
-)
+from nnix.home import STORE_NAME, Registry, manager_alive, pid_alive, read_state, shown_status
 from nnix.model.events import StatusChanged
+from nnix.model.imported import validate_import
 from nnix.model.status import ExperimentStatus
 from nnix.store.sqlite import SqliteStore
 
@@ -127,19 +122,6 @@ def running_port(exp_id: str) -> int:
             f"experiment {exp_id} is not running", f"resume it first: nnix resume {exp_id}"
         )
     return state.manager_port
-
-
-def validate_import(data: Any) -> list[dict[str, Any]]:
-    if not isinstance(data, list):
-        raise NnixError("import data must be a JSON list", 'e.g. [{"parameter": {"x": 1}, "value": 0.5}]')
-    out = []
-    for i, rec in enumerate(data):
-        if not isinstance(rec, dict) or not isinstance(rec.get("parameter"), dict) or "value" not in rec:
-            raise NnixError(
-                f"record [{i}] must be an object with 'parameter' (object) and 'value'", f"got {rec!r}"[:200]
-            )
-        out.append({"parameter": rec["parameter"], "value": rec["value"]})
-    return out
 
 
 def import_records(exp_id: str, data: Any) -> int:

@@ -1,4 +1,4 @@
-"""Entry point of a detached manager: ``python -m nnix.cli.daemon ID ACTION PORT [HOST]``."""
+"""Entry point of a detached manager: ``python -m nnix.host.daemon ID ACTION PORT [HOST]``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 import os
 import sys
 
-from nnix.cli.run import run_manager
 from nnix.errors import NnixError
+from nnix.host.run import run_manager
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,7 @@
 """NNI's experiment YAML shapes, translated to the native schema (:mod:`nnix.config`).
 
 The schema is an argument (the loader passes :class:`nnix.config.ExperimentConfig`), so this module
-imports nothing of :mod:`nnix.config` at module level: the config package imports it, not the reverse.
+imports nothing else of :mod:`nnix.config` at module level: the loader imports it, not the reverse.
 
 Two steps, both pure functions of the parsed YAML:
 

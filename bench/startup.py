@@ -1,0 +1,128 @@
+"""Start-up as the user sees it, through the real CLI (issue 15, item 3): ``nnix --help``, ``nnix create
+--foreground`` to the first trial running, and ``nnix stop`` of an experiment with two running trials.
+
+Run: python bench/startup.py [--repeat 5]. Each figure is the median (and the minimum) of ``--repeat`` runs,
+printed with its ratio to the goal and beside ``python -c pass`` (Python's own start) measured in the same run.
+Not a test: nothing here asserts a timing. The ``nnix`` console script beside this Python is used (``python -m
+nnix.cli.main`` without it); the tree it runs is the one ``PYTHONPATH`` (or the install) gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+GOALS = {"help": 0.150, "first_trial": 0.300, "stop": 0.300}
+SCRIPT = Path(sys.executable).parent / "nnix"
+NNIX = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "nnix.cli.main"]
+TRIAL = "import nni\nnni.get_next_parameter()\nnni.report_final_result(0.5)\n"
+SLEEPY = "import nni, time\nnni.get_next_parameter()\ntime.sleep(600)\n"
+
+
+def run(args: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def config(code_dir: Path, script: str, trials: int, concurrency: int, tuner: str) -> Path:
+    cfg = {
+        "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}, "y": {"_type": "choice", "_value": [1, 2, 3]}},
+        "trialCommand": f"{sys.executable} {script}", "trialCodeDirectory": str(code_dir),
+        "trialConcurrency": concurrency, "maxTrialNumber": trials,
+        "tuner": {"name": tuner, "classArgs": {"optimize_mode": "maximize"}}, "trainingService": {"platform": "local"},
+    }
+    path = code_dir / f"{script}-{trials}-{concurrency}-{tuner}.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def new_entry(before: set[str]) -> Path:
+    from nnix.home import Registry
+
+    (entry,) = [e for e in Registry().all() if e.id not in before]
+    return Path(entry.dir)
+
+
+def first_trial(code_dir: Path, tuner: str) -> float:
+    """Wall time from running ``nnix create --foreground`` to the first trial's process started (its
+    ``TrialStarted`` event, stamped by the manager when the process runs)."""
+    from nnix.home import STORE_NAME, Registry
+    from nnix.model.events import TrialStarted
+    from nnix.store.sqlite import SqliteStore
+
+    cfg = config(code_dir, "trial.py", 1, 1, tuner)
+    before = {e.id for e in Registry().all()}
+    t0 = time.time()
+    subprocess.run([*NNIX, "create", "--config", str(cfg), "--port", "0", "--foreground"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = SqliteStore(new_entry(before) / STORE_NAME, create=False)
+    try:
+        started = next(s.ts for s in store.read() if isinstance(s.event, TrialStarted))
+    finally:
+        store.close()
+    return started - t0
+
+
+def stop(code_dir: Path) -> float:
+    """Wall time of ``nnix stop ID`` for a daemon experiment with two running trials."""
+    from nnix.home import Registry, read_state
+    from nnix.model.status import TrialStatus
+    from nnix.testing.waiting import wait_until
+
+    cfg = config(code_dir, "sleepy.py", 100, 2, "Random")
+    before = {e.id for e in Registry().all()}
+    subprocess.run([*NNIX, "create", "--config", str(cfg), "--port", "0"], check=True, stdout=subprocess.DEVNULL)
+    exp_dir = new_entry(before)
+    wait_until(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 2, 60, "two running trials")
+    return run([*NNIX, "stop", exp_dir.name])
+
+
+def sample(f: Callable[[], float], n: int) -> tuple[float, float]:
+    """Median and minimum of ``n`` runs (the minimum is the figure least disturbed by a loaded machine)."""
+    runs = [f() for _ in range(n)]
+    return statistics.median(runs), min(runs)
+
+
+def line(name: str, value: tuple[float, float], goal: float | None, base: tuple[float, float]) -> str:
+    (med, low), (base_med, base_low) = value, base
+    goal_text = f"goal <= {goal * 1000:3.0f} ms, ratio to goal {med / goal:5.2f} (min {low / goal:5.2f})" if goal else (
+        "(baseline)" + " " * 34)
+    return (f"  {name:<44} {med * 1000:7.1f} ms (min {low * 1000:7.1f})  {goal_text}  "
+            f"{med / base_med:5.1f}x python -c pass (min {low / base_low:5.1f}x)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeat", type=int, default=5)
+    n = ap.parse_args().repeat
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["NNIX_HOME"] = str(Path(tmp) / "home")  # a scratch registry: the user's is never touched
+        code_dir = Path(tmp, "code")
+        code_dir.mkdir()
+        for name, text in (("trial.py", TRIAL), ("sleepy.py", SLEEPY)):
+            (code_dir / name).write_text(text)
+        run([*NNIX, "--help"])  # warm the page cache
+        base = sample(lambda: run([sys.executable, "-c", "pass"]), n)
+        help_ = sample(lambda: run([*NNIX, "--help"]), n)
+        fg_tpe = sample(lambda: first_trial(code_dir, "TPE"), n)
+        fg_random = sample(lambda: first_trial(code_dir, "Random"), n)
+        stopped = sample(lambda: stop(code_dir), n)
+        print(f"start-up through the CLI ({' '.join(Path(a).name for a in NNIX)}), median (and minimum) of {n} runs")
+        print(line("python -c pass", base, None, base))
+        print(line("nnix --help", help_, GOALS["help"], base))
+        print(line("create --foreground -> first trial (TPE)", fg_tpe, GOALS["first_trial"], base))
+        print(line("create --foreground -> first trial (Random)", fg_random, GOALS["first_trial"], base))
+        print(line("nnix stop (2 running trials)", stopped, GOALS["stop"], base))
+
+
+if __name__ == "__main__":
+    main()
