@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 import asyncssh
 
-from nnix import __version__
 from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.packing import CodeArchive, build_wheels, pack_code
+from nnix.version import __version__
 
 if TYPE_CHECKING:
     from nnix.config import RemoteMachineConfig
