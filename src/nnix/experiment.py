@@ -161,7 +161,11 @@ def service_factory(
     return make
 
 
-def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_options: Any) -> ExperimentManager:
+def build_manager(
+    exp_dir: Path, *, exit_when_done: bool = True, service: ServiceFactory | None = None, **service_options: Any
+) -> ExperimentManager:
+    """The manager of the experiment in ``exp_dir``; ``service``: a training service of the caller's instead of
+    the configured one (tests: :class:`nnix.testing.FakeService`)."""
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     state = fold(store.read(kinds=("ExperimentCreated",)))
     config = ExperimentConfig.model_validate(restore_secrets(state.config, read_secrets(exp_dir)))
@@ -174,7 +178,8 @@ def build_manager(exp_dir: Path, *, exit_when_done: bool = True, **service_optio
         exp_dir=exp_dir,
         tuner=tuner,
         direction=direction,
-        service_factory=service_factory(config, ServiceContext(state.experiment_id, exp_dir), **service_options),
+        service_factory=service or service_factory(config, ServiceContext(state.experiment_id, exp_dir),
+                                                   **service_options),
         assessor=assessor,
         exit_when_done=exit_when_done,
     )
