@@ -293,8 +293,7 @@ def test_a_full_store_halts_the_manager_without_killing_trials_and_resume_loses_
     from nnix.home import read_state
 
     # 400 results, then it waits to be released before its final result
-    machine, fake = _fake(Outcome(lines=[{"type": "PERIODICAL", "sequence": i, "value": i} for i in range(400)]
-                                  + [{"type": "FINAL", "sequence": 0, "value": 1}], hang=True, step=0.0005))
+    machine, fake = _fake(Outcome(intermediate=range(400), final=1, hang=True, step=0.0005))
     _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=1)
     manager = manager_for(d, **fake)
     failure: list[BaseException] = []

@@ -43,13 +43,17 @@ class Outcome:
     exit_code: int | None = 0
     signal: int | None = None
     stderr: str = ""  # the end of its stderr (what a failed trial's message is made of)
-    hang: bool = False  # after its metric lines, run until cancelled or released
+    hang: bool = False  # after its intermediate results (before its final one), run until cancelled or released
     lost: str = ""  # the environment is lost after the metric lines: Exited(None) with this message...
     requeue: bool = False  # ... or Requeued with it (a lostHostPolicy of requeue)
     step: float = 0.0  # seconds of simulated work before each metric line and before the end
     lines: Sequence[Any] | None = None  # raw channel lines instead of intermediate/final (untrusted input)
     leftovers: int = 0
     refuse: str = ""  # submit raises ServiceError(refuse): a trial that can never start
+
+    def hang_at(self) -> int:
+        """How many metric lines come before the hang."""
+        return len(self.lines) if self.lines is not None else len(self.intermediate)
 
     def metric_lines(self) -> list[Any]:
         if self.lines is not None:
@@ -211,15 +215,14 @@ class FakeService:
             self._emit(trial.ended)
             return
         while trial.written < len(lines):
+            if trial.written == trial.outcome.hang_at() and trial.outcome.hang:
+                await self._hold(trial)
             await asyncio.sleep(trial.outcome.step)
             i = trial.written
             trial.written += 1
             self._emit(Metrics(trial.spec.trial_id, [(i, lines[i])]))
-        if trial.outcome.hang:
-            assert trial.wake is not None
-            while not trial.released:
-                await trial.wake.wait()
-                trial.wake.clear()
+        if trial.outcome.hang and trial.outcome.hang_at() == len(lines):
+            await self._hold(trial)
         await asyncio.sleep(trial.outcome.step)
         o = trial.outcome
         end: Exited | Requeued
@@ -230,6 +233,13 @@ class FakeService:
         else:
             end = Exited(trial.spec.trial_id, o.exit_code, o.signal, o.stderr, "", o.leftovers)
         self._end(trial, end, cancel_task=False)
+
+    @staticmethod
+    async def _hold(trial: _Trial) -> None:
+        assert trial.wake is not None
+        while not trial.released:
+            await trial.wake.wait()
+            trial.wake.clear()
 
     def _end(self, trial: _Trial, end: Exited | Requeued, *, report: bool = True, cancel_task: bool = True) -> None:
         trial.ended = end
