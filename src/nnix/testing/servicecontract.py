@@ -218,7 +218,7 @@ class ServiceContract:
                 await self.until(lambda: seen.exits.get("t-bad"), "t-bad's exit")
             finally:
                 await svc.close(kill_trials=True)
-            assert seen.indices("t-ok") == [0, 1, 2, 3], "every line once, in order, with its index"
+            assert seen.indices("t-ok") == [0, 1, 2, 3], f"every line once, in order, with its index: {seen.order}"
             assert [line for _, line in seen.lines["t-ok"]] == Program(metrics=3).lines()
             assert [e.exit_code for e in seen.exits["t-ok"]] == [0]
             assert [e.exit_code for e in seen.exits["t-bad"]] == [3]
