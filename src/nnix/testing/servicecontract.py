@@ -129,7 +129,7 @@ class ServiceContract:
         return self.busy_service if busy else self.training_service
 
     def spec(self, trial_id: str, program: Program) -> TrialSpec:
-        """The trial running ``program``."""
+        """The trial running ``program`` (made before the service starts: some services copy the code then)."""
         script = program.script(str(self.gate(trial_id)))
         name = "trial-" + hashlib.sha1(script.encode()).hexdigest()[:10] + ".sh"
         (self.code_dir / name).write_text(script)
@@ -206,11 +206,11 @@ class ServiceContract:
     # -- the contract -------------------------------------------------------------------------------
     def test_submit_then_lines_in_order_and_one_exit(self, tmp_path: Path) -> None:
         async def body() -> None:
+            ok, bad = self.spec("t-ok", Program(metrics=3)), self.spec("t-bad", Program(metrics=1, exit_code=3))
             seen = Watched()
             svc = self.make_service(seen.emit)
             await svc.start()
             try:
-                ok, bad = self.spec("t-ok", Program(metrics=3)), self.spec("t-bad", Program(metrics=1, exit_code=3))
                 started = await self.started(svc, ok)
                 assert started.trial_id == "t-ok"
                 await self.until(lambda: seen.exits.get("t-ok"), "t-ok's exit")
@@ -232,18 +232,19 @@ class ServiceContract:
 
     def test_cancel_ends_a_running_trial_and_is_harmless_otherwise(self, tmp_path: Path) -> None:
         async def body() -> None:
+            run, after = self.spec("t-run", Program(metrics=1, hold=True)), self.spec("t-after", Program(metrics=0))
             seen = Watched()
             svc = self.make_service(seen.emit)
             await svc.start()
             try:
                 await svc.cancel("never-submitted")  # unknown: nothing happens
-                await self.started(svc, self.spec("t-run", Program(metrics=1, hold=True)))
+                await self.started(svc, run)
                 await self.until(lambda: seen.lines.get("t-run"), "t-run's first line")
                 await svc.cancel("t-run")
                 await self.until(lambda: seen.exits.get("t-run"), "the cancelled trial's exit")
                 await svc.cancel("t-run")  # ended: nothing happens
                 self.release(svc, "t-run")
-                await self.started(svc, self.spec("t-after", Program(metrics=0)))
+                await self.started(svc, after)
                 await self.until(lambda: seen.exits.get("t-after"), "a later trial's exit")
                 await svc.cancel("t-after")
             finally:
@@ -258,11 +259,12 @@ class ServiceContract:
 
     def test_close_with_kill_trials_leaves_nothing_running(self, tmp_path: Path) -> None:
         async def body() -> tuple[Watched, Watched]:
+            spec = self.spec("t-kill", Program(metrics=1, hold=True))
             first = Watched()
             svc = self.make_service(first.emit)
             await svc.start()
             try:
-                started = await self.started(svc, self.spec("t-kill", Program(metrics=1, hold=True)))
+                started = await self.started(svc, spec)
                 await self.until(lambda: first.lines.get("t-kill"), "t-kill's first line")
             finally:
                 await svc.close(kill_trials=True)
@@ -284,11 +286,12 @@ class ServiceContract:
 
     def test_reattach_after_a_restart_gets_what_was_not_recorded(self, tmp_path: Path) -> None:
         async def body() -> tuple[Watched, Watched]:
+            spec = self.spec("t-keep", Program(metrics=4, hold=True))
             first = Watched()
             svc = self.make_service(first.emit)
             await svc.start()
             try:
-                started = await self.started(svc, self.spec("t-keep", Program(metrics=4, hold=True)))
+                started = await self.started(svc, spec)
                 await self.until(lambda: len(first.lines.get("t-keep", [])) >= 4, "t-keep's four lines")
             finally:
                 await svc.close(kill_trials=False)  # the manager goes away; the trial does not
@@ -318,18 +321,19 @@ class ServiceContract:
             pytest.skip("this service has no capacity limit of its own to test (every trial it is given starts)")
 
         async def body() -> tuple[Watched, str, str]:
+            one, two = self.spec("t-one", Program(metrics=0, hold=True)), self.spec("t-two", Program(metrics=0))
             seen = Watched()
             svc = self.make_service(seen.emit, busy=True)
             await svc.start()
             try:
                 assert isinstance(svc.waiting_reason(), str)
-                await self.started(svc, self.spec("t-one", Program(metrics=0, hold=True)))
-                refused = await svc.submit(self.spec("t-two", Program(metrics=0)))
+                await self.started(svc, one)
+                refused = await svc.submit(two)
                 assert refused is None, "a second trial beyond the capacity must wait"
                 reason = svc.waiting_reason()
                 self.release(svc, "t-one")
                 await self.until(lambda: seen.exits.get("t-one"), "t-one's exit")
-                await self.started(svc, self.spec("t-two", Program(metrics=0)))
+                await self.started(svc, two)
                 await self.until(lambda: seen.exits.get("t-two"), "t-two's exit")
             finally:
                 await svc.close(kill_trials=True)
