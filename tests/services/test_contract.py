@@ -1,5 +1,6 @@
 """The training-service contract (nnix.testing.servicecontract) on every service: the scripted FakeService, the
-local service, hybrid lists, and the agent services through their labs (real SSH hosts)."""
+local service, hybrid lists, and the agent services through their labs (real SSH hosts, a real Slurm): the lab
+rows carry the `lab` marker and skip loudly where the lab cannot start."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from nnix.testing.gpu import DescribedInventory
 from nnix.testing.servicecontract import FakeServiceContract, ServiceContract
+from nnix.testing.slurm import SlurmLab
 from nnix.testing.sshhosts import SshLab
 
 LOCAL_FAST: dict[str, Any] = {"poll_interval": 0.02, "kill_grace": 1.0}
@@ -55,3 +57,19 @@ class TestRemoteService(ServiceContract):
     def service_section(self, busy: bool) -> Any:
         return {"platform": "remote", "knownHostsFile": str(self.lab.known_hosts),
                 "remoteWorkDir": str(self.lab.home / "work"), "machineList": [self.lab.hosts[0].machine()]}
+
+
+@pytest.mark.lab
+class TestSlurmService(ServiceContract):
+    """A private single-node Slurm (tests/services/conftest.py); environments are Slurm jobs running the agent."""
+
+    training_service: ClassVar[dict[str, Any]] = {"platform": "slurm"}
+    service_options: ClassVar[dict[str, Any]] = {"engine_poll_interval": 0.5, "end_grace": 0.5,
+                                                 "poll_interval": 0.05, "kill_grace": 1.0}
+
+    @pytest.fixture(autouse=True)
+    def _on_lab(self, slurm_lab: SlurmLab) -> Iterator[None]:
+        yield
+        ids = slurm_lab.run("squeue", "-h", "-t", "PD,R,CG,CF,S", "-o", "%i", check=False).stdout.split()
+        if ids:  # a failed test leaves no job behind to hold the node
+            slurm_lab.run("scancel", *ids, check=False)
