@@ -257,59 +257,41 @@ class ServiceContract:
 
         self.run(tmp_path, body)
 
-    def test_close_with_kill_trials_leaves_nothing_running(self, tmp_path: Path) -> None:
-        async def body() -> tuple[Watched, Watched]:
-            spec = self.spec("t-kill", Program(metrics=1, hold=True))
-            first = Watched()
-            svc = self.make_service(first.emit)
-            await svc.start()
-            try:
-                started = await self.started(svc, spec)
-                await self.until(lambda: first.lines.get("t-kill"), "t-kill's first line")
-            finally:
-                await svc.close(kill_trials=True)
-            self.release(svc, "t-kill")  # had it survived, it would now finish with success
-            second = Watched()
-            again = self.make_service(second.emit)
-            await again.start()
-            try:
-                await again.reattach("t-kill", Path(started.output_dir), started.pid, started.pid_start, 0,
-                                     started.gpus)
-                await self.until(lambda: second.exits.get("t-kill"), "the killed trial's end, seen on re-attach")
-            finally:
-                await again.close(kill_trials=True)
-            return first, second
+    async def restart(self, trial_id: str, program: Program, lines: int, kill_trials: bool,
+                      after_index: int) -> tuple[Watched, Watched]:
+        """Run ``program`` until it wrote ``lines`` lines, close the service (``kill_trials``), release the trial,
+        then re-attach a new service to it (``after_index``: what the store had) until it reports its end."""
+        spec = self.spec(trial_id, program)
+        first = Watched()
+        svc = self.make_service(first.emit)
+        await svc.start()
+        try:
+            started = await self.started(svc, spec)
+            await self.until(lambda: len(first.lines.get(trial_id, [])) >= lines, f"{trial_id}'s {lines} lines")
+        finally:
+            await svc.close(kill_trials=kill_trials)
+        second = Watched()
+        again = self.make_service(second.emit)
+        await again.start()
+        try:
+            await again.reattach(trial_id, Path(started.output_dir), started.pid, started.pid_start, after_index,
+                                 started.gpus)
+            self.release(again, trial_id)  # had it been killed and survived, it would now finish with success
+            await self.until(lambda: second.exits.get(trial_id), f"{trial_id}'s end, seen after the re-attach")
+        finally:
+            await again.close(kill_trials=True)
+        return first, second
 
-        _, second = self.run(tmp_path, body)
+    def test_close_with_kill_trials_leaves_nothing_running(self, tmp_path: Path) -> None:
+        _, second = self.run(tmp_path, lambda: self.restart("t-kill", Program(metrics=1, hold=True), 1, True, 0))
         (ended,) = second.exits["t-kill"]
         assert ended.exit_code != 0 and 1 not in second.indices("t-kill"), "it never got to its final line"
 
     def test_reattach_after_a_restart_gets_what_was_not_recorded(self, tmp_path: Path) -> None:
-        async def body() -> tuple[Watched, Watched]:
-            spec = self.spec("t-keep", Program(metrics=4, hold=True))
-            first = Watched()
-            svc = self.make_service(first.emit)
-            await svc.start()
-            try:
-                started = await self.started(svc, spec)
-                await self.until(lambda: len(first.lines.get("t-keep", [])) >= 4, "t-keep's four lines")
-            finally:
-                await svc.close(kill_trials=False)  # the manager goes away; the trial does not
-            assert "t-keep" not in first.exits, "close(kill_trials=False) ended the trial"
-            second = Watched()
-            again = self.make_service(second.emit)
-            await again.start()
-            try:
-                # the store had lines 0 and 1 only: the new service must bring 2, 3 and the final one
-                await again.reattach("t-keep", Path(started.output_dir), started.pid, started.pid_start, 1,
-                                     started.gpus)
-                self.release(again, "t-keep")
-                await self.until(lambda: second.exits.get("t-keep"), "t-keep's exit after the re-attach")
-            finally:
-                await again.close(kill_trials=True)
-            return first, second
-
-        _, second = self.run(tmp_path, body)
+        # the manager goes away (the trial does not) when the store had lines 0 and 1 only: the new service
+        # must bring 2, 3 and the final one
+        first, second = self.run(tmp_path, lambda: self.restart("t-keep", Program(metrics=4, hold=True), 4, False, 1))
+        assert "t-keep" not in first.exits, "close(kill_trials=False) ended the trial"
         assert {2, 3, 4} <= set(second.indices("t-keep")), "every line after after_index arrives"
         assert dict(second.lines["t-keep"])[4] == Program(metrics=4).lines()[4]
         assert [e.exit_code for e in second.exits["t-keep"]] == [0]
