@@ -98,7 +98,7 @@ class ServiceContract:
 
     training_service: ClassVar[dict[str, Any] | list[dict[str, Any]]] = {"platform": "local"}
     service_options: ClassVar[dict[str, Any]] = {}
-    busy_service: ClassVar[dict[str, Any] | None] = None  # a trainingService that takes one trial at a time
+    busy_service: ClassVar[dict[str, Any] | list[dict[str, Any]] | None] = None  # a trainingService taking one trial
     busy_options: ClassVar[dict[str, Any]] = {}
     timeout: ClassVar[float] = 60.0  # deadline of each wait: catches hangs only
     _dir: Path | None = None  # set by setup() (pytest collects no class with an __init__)
