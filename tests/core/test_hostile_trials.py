@@ -25,8 +25,9 @@ from nnix.core.events import TrialCreated, TrialStarted
 from nnix.core.state import ExperimentState, TrialState
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.home import read_state
-from nnix.testing import wait_until, wait_until_async
+from nnix.testing import FakeMachine, FakeService, Outcome, wait_until, wait_until_async
 from nnix.testing.experiments import detach_when, make_experiment, manager_for, run_experiment
+from nnix.testing.fakeservice import params, sequence_id
 from nnix.testing.spaces import UNIT as SPACE
 
 PY = sys.executable
@@ -288,9 +289,11 @@ def test_huge_output_and_many_bad_lines(tmp_path: Path) -> None:
 
 
 def test_customized_trials_wait_for_a_concurrency_slot(tmp_path: Path) -> None:
-    body = "time.sleep(0.1)\nnni.report_final_result(p['x'])\n"
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=_trial(tmp_path, body), maxTrialNumber=21)
-    m = manager_for(d)
+    """Manager logic only: trials are scripted (nnix.testing.FakeService), each working a few event-loop turns."""
+    # the tuner's first trial runs until the 20 customized ones are queued behind it
+    machine = FakeMachine(lambda spec: Outcome(final=params(spec)["x"], hang=sequence_id(spec) == 0, step=0.001))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=21)
+    m = manager_for(d, service=FakeService.factory(machine))
     most = 0
 
     def watch() -> None:
@@ -302,8 +305,10 @@ def test_customized_trials_wait_for_a_concurrency_slot(tmp_path: Path) -> None:
     async def main() -> None:
         task = asyncio.ensure_future(m.run())
         await wait_until_async(lambda: m.state.status is ExperimentStatus.RUNNING, 60, "the experiment to run")
+        await wait_until_async(lambda: machine.submitted, 60, "the first trial")
         for i in range(20):
             m.add_customized_trial({"x": i / 20})
+        machine.release(machine.submitted[0].trial_id)
         await asyncio.wait_for(task, 90)
 
     try:
@@ -314,6 +319,7 @@ def test_customized_trials_wait_for_a_concurrency_slot(tmp_path: Path) -> None:
     assert st.status is ExperimentStatus.DONE and len(st.trials) == 21
     assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values())
     assert most == 1  # never more than trialConcurrency running, whatever the source
+    assert machine.peak == 1 and len(machine.submitted) == 21
 
 
 # --- processes that outlive their trial ------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""The manager against the real local service and real trial processes."""
+"""The manager: its logic (limits, tuner and assessor calls, cancels, stops, resumes) against the scripted
+in-process FakeService; what the trial process sees (its environment, GPUs) against the real local service
+and real trial processes."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from nnix.core.manager import ServiceEvents
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.home import STORE_NAME
 from nnix.store.sqlite import SqliteStore
-from nnix.testing import wait_until_async
+from nnix.testing import FakeMachine, FakeService, Outcome, wait_until_async
 from nnix.testing.experiments import make_experiment, manager_for, run_experiment
+from nnix.testing.fakeservice import Script, params, sequence_id
 from nnix.testing.gpu import DescribedInventory
 from nnix.testing.spaces import UNIT as SPACE
 
@@ -29,6 +32,12 @@ PY = sys.executable
 def _trial(code_dir: Path, body: str) -> str:
     (code_dir / "trial.py").write_text("import nni, os, sys, time, json\np = nni.get_next_parameter()\n" + body)
     return f"{PY} trial.py"
+
+
+def _fake(script: Script) -> tuple[FakeMachine, dict[str, Any]]:
+    """A fake machine running ``script`` and the service option that puts a manager on it."""
+    machine = FakeMachine(script)
+    return machine, {"service": FakeService.factory(machine)}
 
 
 def _overlap(state) -> int:  # type: ignore[no-untyped-def]
@@ -44,9 +53,10 @@ def _overlap(state) -> int:  # type: ignore[no-untyped-def]
 
 
 def test_concurrency_limit_and_trial_count(tmp_path: Path) -> None:
-    cmd = _trial(tmp_path, "time.sleep(0.3)\nnni.report_final_result(p['x'])\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=2, maxTrialNumber=6)
-    st = run_experiment(d)
+    machine, fake = _fake(lambda spec: Outcome(intermediate=(0,), final=params(spec)["x"]))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", trialConcurrency=2, maxTrialNumber=6)
+    st = run_experiment(d, **fake)
+    assert machine.peak == 2 and len(machine.submitted) == 6
     assert st.status is ExperimentStatus.DONE
     assert len(st.trials) == 6
     assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values())
@@ -57,37 +67,36 @@ def test_concurrency_limit_and_trial_count(tmp_path: Path) -> None:
 
 def test_failed_trial_does_not_stop_the_experiment(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, "nnix.manager")
-    cmd = _trial(tmp_path, "if nni.get_sequence_id() == 1:\n    print('boom', file=sys.stderr); sys.exit(4)\n"
-                 "nni.report_final_result(1)\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=3)
-    st = run_experiment(d)
+    _, fake = _fake(lambda spec: Outcome(exit_code=4, stderr="boom\n") if sequence_id(spec) == 1 else Outcome(final=1))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=3)
+    st = run_experiment(d, **fake)
     statuses = {t.sequence_id: t.status for t in st.trials.values()}
     assert statuses == {0: TrialStatus.SUCCEEDED, 1: TrialStatus.FAILED, 2: TrialStatus.SUCCEEDED}
     failed = next(t for t in st.trials.values() if t.sequence_id == 1)
     assert failed.exit_code == 4 and failed.message == "boom (exit code 4)"
     assert st.status is ExperimentStatus.DONE
     logged = caplog.text  # manager.log: one line per trial start and end, with the reason
-    assert f"trial {failed.trial_id} #1 started on local-env" in logged
+    assert f"trial {failed.trial_id} #1 started on fake-env" in logged  # the environment the service named
     assert f"trial {failed.trial_id} #1 FAILED after " in logged and "s: boom (exit code 4)" in logged
     assert logged.count("SUCCEEDED after") == 2 and "tuner Random" in logged
 
 
 def test_max_trial_duration_kills_as_early_stopped(tmp_path: Path) -> None:
-    cmd = _trial(tmp_path, "time.sleep(30)\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=1, maxTrialDuration="1s")
-    t0 = time.monotonic()
-    st = run_experiment(d, kill_grace=1.0)
-    assert time.monotonic() - t0 < 20  # the trial itself would sleep 30 s
+    machine, fake = _fake(Outcome(hang=True))  # it would run for ever
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=1, maxTrialDuration="1s")
+    st = run_experiment(d, **fake)
     (t,) = st.trials.values()
+    assert machine.cancelled == [t.trial_id]
     assert t.status is TrialStatus.EARLY_STOPPED
     assert t.cancel_reason is CancelReason.MAX_TRIAL_DURATION
     assert t.message == "stopped: it ran longer than maxTrialDuration (1 s)"
 
 
 def test_max_experiment_duration_stops_creating_but_lets_trials_finish(tmp_path: Path) -> None:
-    cmd = _trial(tmp_path, "time.sleep(0.8)\nnni.report_final_result(1)\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxExperimentDuration="2s")
-    st = run_experiment(d)
+    machine, fake = _fake(Outcome(final=1, step=0.4))  # 0.8 s a trial
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxExperimentDuration="2s")
+    st = run_experiment(d, **fake)
+    assert machine.cancelled == []
     assert st.status is ExperimentStatus.DONE
     assert 2 <= len(st.trials) <= 4
     assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values())  # none killed
@@ -96,11 +105,11 @@ def test_max_experiment_duration_stops_creating_but_lets_trials_finish(tmp_path:
 
 
 def test_grid_exhaustion_ends_the_experiment(tmp_path: Path) -> None:
-    cmd = _trial(tmp_path, "nni.report_final_result(p['a'])\n")
+    _, fake = _fake(lambda spec: Outcome(final=params(spec)["a"]))
     space = {"a": {"_type": "choice", "_value": [1, 2, 3]}}
-    _, d = make_experiment(tmp_path, searchSpace=space, trialCommand=cmd, trialConcurrency=2,
+    _, d = make_experiment(tmp_path, searchSpace=space, trialCommand="true", trialConcurrency=2,
                            tuner={"name": "GridSearch"})
-    st = run_experiment(d)
+    st = run_experiment(d, **fake)
     assert st.status is ExperimentStatus.DONE
     assert sorted(t.params["a"] for t in st.trials.values()) == [1, 2, 3]
 
@@ -143,9 +152,9 @@ def test_gpu_number_zero_hides_gpus(tmp_path: Path) -> None:
 
 
 def test_user_cancel_and_stop(tmp_path: Path) -> None:
-    cmd = _trial(tmp_path, "time.sleep(30)\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=2)
-    manager = manager_for(d, kill_grace=1.0)
+    machine, fake = _fake(Outcome(hang=True))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", trialConcurrency=2)
+    manager = manager_for(d, **fake)
 
     async def main() -> None:
         run = asyncio.ensure_future(manager.run())
@@ -165,25 +174,26 @@ def test_user_cancel_and_stop(tmp_path: Path) -> None:
     assert all(t.status is TrialStatus.USER_CANCELED for t in trials)
     assert trials[0].message == "canceled by the user"
     assert all(t.message.startswith("canceled: the experiment was stopped") for t in trials[1:])
+    assert machine.running() == [] and sorted(machine.cancelled) == sorted(t.trial_id for t in trials)
     manager.store.close()
 
 
 def test_resume_continues_sequence_ids_and_keeps_history(tmp_path: Path) -> None:
-    cmd = _trial(tmp_path, "nni.report_final_result(p['x'])\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=3)
-    first = run_experiment(d)
+    _, fake = _fake(lambda spec: Outcome(final=params(spec)["x"]))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=3)
+    first = run_experiment(d, **fake)
     assert first.status is ExperimentStatus.DONE
     store = SqliteStore(d / STORE_NAME)
     from nnix.core.events import LimitsUpdated
 
     store.append([LimitsUpdated("max_trial_number", 5)])
     store.close()
-    second = run_experiment(d, action="resume")
+    second = run_experiment(d, action="resume", **fake)
     assert second.status is ExperimentStatus.DONE
     assert sorted(t.sequence_id for t in second.trials.values()) == [0, 1, 2, 3, 4]
     assert len({t.trial_id for t in second.trials.values()}) == 5
-    params = [json.dumps(t.params, sort_keys=True) for t in second.trials.values()]
-    assert len(set(params)) == 5  # the tuner continued, it did not restart its sequence
+    param_sets = [json.dumps(t.params, sort_keys=True) for t in second.trials.values()]
+    assert len(set(param_sets)) == 5  # the tuner continued, it did not restart its sequence
     started = [s for s in SqliteStore(d / STORE_NAME).read() if isinstance(s.event, TrialStarted)]
     assert len(started) == 5
 
@@ -250,10 +260,11 @@ class AboveFive:
 
 def test_tuner_not_now_waits_instead_of_ending(tmp_path: Path) -> None:
     (tmp_path / "algos.py").write_text(ALGOS)
-    cmd = _trial(tmp_path, "time.sleep(0.1)\nnni.report_final_result(p['x'])\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=3, maxTrialNumber=3,
+    machine, fake = _fake(lambda spec: Outcome(final=params(spec)["x"]))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", trialConcurrency=3, maxTrialNumber=3,
                            tuner={"className": "algos.SerialTuner", "codeDirectory": str(tmp_path)})
-    st = run_experiment(d)
+    st = run_experiment(d, **fake)
+    assert machine.peak == 1
     assert st.status is ExperimentStatus.DONE
     assert sorted(t.params["x"] for t in st.trials.values()) == [0, 1, 2]
     assert _overlap(st) == 1
@@ -261,11 +272,11 @@ def test_tuner_not_now_waits_instead_of_ending(tmp_path: Path) -> None:
 
 def test_assessor_early_stops_hopeless_trials(tmp_path: Path) -> None:
     (tmp_path / "algos.py").write_text(ALGOS)
-    cmd = _trial(tmp_path, "for i in range(100):\n    nni.report_intermediate_result(i if nni.get_sequence_id() == 0 "
-                 "else 0)\n    time.sleep(0.02)\nnni.report_final_result(1)\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, trialConcurrency=2, maxTrialNumber=2,
+    machine, fake = _fake(lambda spec: Outcome(
+        intermediate=range(100) if sequence_id(spec) == 0 else [0] * 100, final=1, step=0.001))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", trialConcurrency=2, maxTrialNumber=2,
                            assessor={"className": "algos.AboveFive", "codeDirectory": str(tmp_path)})
-    st = run_experiment(d, kill_grace=1.0)
+    st = run_experiment(d, **fake)
     by_seq = {t.sequence_id: t for t in st.trials.values()}
     assert by_seq[0].status is TrialStatus.EARLY_STOPPED
     assert by_seq[0].cancel_reason is CancelReason.EARLY_STOP
@@ -273,6 +284,7 @@ def test_assessor_early_stops_hopeless_trials(tmp_path: Path) -> None:
     assert by_seq[0].message == (f"early stopped by the assessor (algos.AboveFive) after "
                                  f"{len(by_seq[0].intermediate)} intermediate results")
     assert by_seq[1].status is TrialStatus.SUCCEEDED and len(by_seq[1].intermediate) == 100
+    assert machine.cancelled == [by_seq[0].trial_id]
 
 
 NNI_STYLE = '''
@@ -295,11 +307,11 @@ class CountingTuner:
 
 def test_nni_style_custom_tuner_runs_unchanged(tmp_path: Path) -> None:
     (tmp_path / "my_tuner.py").write_text(NNI_STYLE)
-    cmd = _trial(tmp_path, "nni.report_final_result(p['x'])\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=4,
+    _, fake = _fake(lambda spec: Outcome(final=params(spec)["x"]))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=4,
                            tuner={"className": "my_tuner.CountingTuner", "codeDirectory": str(tmp_path),
                                   "classArgs": {"optimize_mode": "minimize"}})
-    st = run_experiment(d)
+    st = run_experiment(d, **fake)
     assert st.status is ExperimentStatus.DONE
     assert [t.params["x"] for t in sorted(st.trials.values(), key=lambda t: t.sequence_id)] == [0, 1, 2, 0]
     assert st.direction == "minimize"
@@ -310,14 +322,12 @@ def test_a_full_store_halts_the_manager_without_killing_trials_and_resume_loses_
     where status readers look, and its trial keeps running; a resume once there is room records the rest."""
     from nnix.core.status import MetricType
     from nnix.errors import StoreError
-    from nnix.home import pid_alive, read_state
+    from nnix.home import read_state
 
-    gate = tmp_path / "go"
-    cmd = _trial(tmp_path, f"for i in range(400):\n    nni.report_intermediate_result(i)\n    time.sleep(0.002)\n"
-                 f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\n"
-                 "nni.report_final_result(1)\n")
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=1)
-    manager = manager_for(d)
+    # 400 results, then it waits to be released before its final result
+    machine, fake = _fake(Outcome(intermediate=range(400), final=1, hang=True, step=0.0005))
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=1)
+    manager = manager_for(d, **fake)
     failure: list[BaseException] = []
 
     async def main() -> None:
@@ -340,11 +350,11 @@ def test_a_full_store_halts_the_manager_without_killing_trials_and_resume_loses_
         manager.store.close()
     assert failure and "full" in str(failure[0])
     (t,) = read_state(d).trials.values()
-    assert pid_alive(t.pid)  # not killed: it goes on reporting into its channel
+    assert machine.running() == [t.trial_id]  # not killed: it goes on reporting into its channel
     st = read_state(d)
     assert "full" in st.message and any("full" in e for e in st.errors)
-    gate.write_text("")
-    done = run_experiment(d, action="resume")
+    machine.release(t.trial_id)
+    done = run_experiment(d, action="resume", **fake)
     assert done.status is ExperimentStatus.DONE
     (t,) = done.trials.values()
     assert t.status is TrialStatus.SUCCEEDED

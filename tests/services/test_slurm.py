@@ -13,7 +13,6 @@ import asyncio
 import json
 import re
 import stat
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +31,7 @@ from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.slurm import SlurmLauncher, describe_state, job_script
 from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
-from nnix.testing.slurm import SlurmLab, unavailable
+from nnix.testing.slurm import SlurmLab
 from nnix.testing.spaces import UNIT as SPACE
 
 FAST: dict[str, Any] = {"engine_poll_interval": 0.5, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
@@ -52,26 +51,6 @@ exec sleep 1000
 
 
 # --- fixtures ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def slurm_lab() -> Iterator[SlurmLab]:
-    reason = unavailable()
-    if reason:
-        pytest.skip(f"!!! REAL SLURM UNAVAILABLE: {reason} — the Slurm-service tests did NOT run !!!")
-    try:
-        lab = SlurmLab(cpus=2).up()
-    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        detail = getattr(e, "stderr", "") or ""
-        pytest.skip(f"!!! A REAL SLURM COULD NOT BE STARTED HERE: {e} {detail} "
-                    "— the Slurm-service tests did NOT run !!!")
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            for k, v in lab.env.items():
-                mp.setenv(k, v)
-            yield lab
-    finally:
-        lab.down()
-
-
 @pytest.fixture
 def lab(slurm_lab: SlurmLab) -> Iterator[SlurmLab]:
     yield slurm_lab

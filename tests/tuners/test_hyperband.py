@@ -380,34 +380,36 @@ def test_on_a_one_point_space_a_clashing_bracket_waits_for_the_round() -> None:
     assert [[len(r) for r in v.rounds] for v in views] == [[9, 3], [2]]
 
 
-# -- end to end: real trials, the manager, a resume in the middle of a bracket -----------------------
+# -- end to end: the manager with scripted trials (nnix.testing.FakeService), a resume mid-bracket -----
 
 
 def test_end_to_end_with_a_resume_mid_bracket(tmp_path: Path) -> None:
     import asyncio
-    import sys
 
     from nnix.core.status import ExperimentStatus
+    from nnix.testing import FakeMachine, FakeService, Outcome
     from nnix.testing.experiments import make_experiment, manager_for, run_experiment
+    from nnix.testing.fakeservice import params
 
-    (tmp_path / "trial.py").write_text(
-        "import nni\np = nni.get_next_parameter()\n"
-        "for step in range(p['TRIAL_BUDGET']):\n    nni.report_intermediate_result(p['x'] * (step + 1))\n"
-        "nni.report_final_result(p['x'] * p['TRIAL_BUDGET'])\n"
-    )
+    def trial(spec: Any) -> Outcome:  # reports x * step for each step of its budget, then x * budget
+        p = params(spec)
+        return Outcome(intermediate=[p["x"] * (step + 1) for step in range(p[TRIAL_BUDGET])],
+                       final=p["x"] * p[TRIAL_BUDGET])
+
+    fake = FakeService.factory(FakeMachine(trial))
     _, exp_dir = make_experiment(
         tmp_path,
         searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
-        trialCommand=f"{sys.executable} trial.py",
+        trialCommand="true",
         trialConcurrency=2,
         maxTrialNumber=2,  # stops inside round 0 of the first bracket
         tuner={"name": "Hyperband", "classArgs": {"R": 3, "eta": 3, "exec_mode": "serial", "seed": 5}},
         assessor={"name": "Medianstop", "classArgs": {"start_step": 5}},
     )
-    first = run_experiment(exp_dir)
+    first = run_experiment(exp_dir, service=fake)
     assert first.status is ExperimentStatus.DONE and len(first.trials) == 2
 
-    manager = manager_for(exp_dir)
+    manager = manager_for(exp_dir, service=fake)
     manager.update_limit("max_trial_number", 8)
 
     async def resume() -> ExperimentStatus:

@@ -21,7 +21,7 @@ from nnix.model.events import ExperimentCreated
 from nnix.model.trials import Direction
 from nnix.registry import Kind, resolve
 from nnix.services.base import ServiceContext, TrainingService
-from nnix.services.factory import service_factory
+from nnix.services.factory import ServiceFactory, service_factory
 from nnix.store.sqlite import SqliteStore
 from nnix.tuners.base import Tuner
 
@@ -141,10 +141,12 @@ def build_manager(
     *,
     exit_when_done: bool = True,
     service_class: type[TrainingService] | None = None,
+    service: ServiceFactory | None = None,
     **service_options: Any,
 ) -> ExperimentManager:
     """The manager of the experiment in ``exp_dir``, with its tuner, assessor and training service (``service_class``
-    and ``service_options``: see :func:`nnix.services.factory.service_factory`)."""
+    and ``service_options``: see :func:`nnix.services.factory.service_factory`; ``service``: a ready training
+    service factory used instead of the configured one, e.g. tests' :class:`nnix.testing.FakeService`)."""
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     state = fold(store.read(kinds=("ExperimentCreated",)))
     config = ExperimentConfig.model_validate(restore_secrets(state.config, read_secrets(exp_dir)))
@@ -157,7 +159,7 @@ def build_manager(
         exp_dir=exp_dir,
         tuner=tuner,
         direction=direction,
-        service_factory=service_factory(
+        service_factory=service or service_factory(
             config, ServiceContext(state.experiment_id, exp_dir), service_class=service_class, **service_options
         ),
         assessor=assessor,
