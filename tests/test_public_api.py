@@ -29,7 +29,7 @@ PUBLIC: dict[str, set[str]] = {
         "get_experiment_id", "get_next_parameter", "get_next_parameters", "get_sequence_id", "get_trial_id",
         "report_final_result", "report_intermediate_result", "shim_path",
     },
-    "nnix.testing": {"wait_until", "wait_until_async"},
+    "nnix.testing": {"wait_until", "wait_until_async", "FakeService", "FakeMachine", "Outcome"},
 }
 
 
