@@ -137,7 +137,8 @@ def worker(sizes: list[int], reps: int, tuners: list[str]) -> dict[str, Any]:
 
 
 def _run(src: Path, sizes: list[int], reps: int, tuners: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    # the tree under test first; what was on the path (the dependencies' site, if any) after it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH")) if p)}
     cmd = [
         sys.executable,
         __file__,
