@@ -512,10 +512,10 @@ class ExperimentManager:
         self._waiting_note = ""
         # every trial, whatever its source (tuner, customized, requeued), waits for a slot: never more
         # RUNNING than trialConcurrency (a decrease kills nothing: the excess just ends on its own)
-        running = sum(1 for t in self.state.trials.values() if t.status is TrialStatus.RUNNING)
+        active = self.state.active_trials  # (not every trial: an ended one a snapshot holds is not built)
+        running = sum(1 for t in active if t.status is TrialStatus.RUNNING)
         slots = int(self.state.limits.get("trial_concurrency") or 1) - running
-        waiting = [t for t in self.state.trials.values()
-                   if t.status is TrialStatus.WAITING and t.cancel_reason is None]
+        waiting = [t for t in active if t.status is TrialStatus.WAITING and t.cancel_reason is None]
         set_demand = getattr(self.service, "set_demand", None)
         if set_demand is not None:
             set_demand(max(0, min(len(waiting), slots)))
