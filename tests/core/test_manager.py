@@ -216,6 +216,30 @@ def test_a_manager_leaves_a_snapshot_and_the_next_one_starts_from_it(tmp_path: P
     again = store.read_snapshot()
     assert again is not None and again.seq == store.read()[-1].seq > snap.seq
 
+
+def test_a_manager_leaves_the_snapshot_as_it_is_when_few_events_followed_it_for_its_trials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewriting a snapshot of 100k trials costs seconds, replaying a view's few events nothing: at exit a
+    manager writes one only where at least one event per SNAPSHOT_TRIALS_PER_EVENT trials followed it."""
+    from nnix.core import manager as manager_mod
+    from nnix.core import state as state_mod
+
+    cmd = _trial(tmp_path, "nni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=2)
+    assert run_experiment(d).status is ExperimentStatus.DONE
+    store = SqliteStore(d / STORE_NAME)
+    snap = store.read_snapshot()
+    assert snap is not None
+    monkeypatch.setattr(manager_mod, "SNAPSHOT_TRIALS_PER_EVENT", 0.01)  # 2 trials: < 200 events is few
+    second = run_experiment(d, action="resume")
+    assert second.status is ExperimentStatus.DONE and store.read()[-1].seq > snap.seq
+    assert store.read_snapshot() == snap  # kept: the next reader replays what followed it
+    assert state_mod.fold_store(store).last_seq == store.read()[-1].seq
+    monkeypatch.setattr(manager_mod, "SNAPSHOT_TRIALS_PER_EVENT", 10)
+    run_experiment(d, action="resume")
+    again = store.read_snapshot()
+    assert again is not None and again.seq == store.read()[-1].seq  # enough followed it now: written
+
 ALGOS = '''
 from nnix.tuners.base import TunerArgs
 from nnix.assessors.base import Decision

@@ -67,7 +67,9 @@ FINISHED = (ExperimentStatus.DONE, ExperimentStatus.STOPPED, ExperimentStatus.ER
 
 
 SNAPSHOT_EVERY_EVENTS = 50_000  # a running manager refreshes the store's snapshot after this many events,
-SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit)
+SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit,
+SNAPSHOT_TRIALS_PER_EVENT = 10  # where at least one event per this many trials followed the last one: a view of
+# 100k trials adds 2 events, cheaper to replay at the next start than a snapshot of them all is to write)
 
 
 def new_trial_id(taken: Callable[[str], bool]) -> str:
@@ -109,7 +111,7 @@ class ExperimentManager:
         self.direction = direction
         self.clock = clock
         self.state: ExperimentState = fold_store(store)
-        self._snapshot_seq, self._snapshot_at = self.state.last_seq, clock()
+        self._snapshot_seq, self._snapshot_at = self.state.snapshot_seq, clock()  # (0: the store has none)
         self.service = service_factory(self._on_service_event)
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -661,9 +663,10 @@ class ExperimentManager:
         ``periodic``: only when enough happened since the last one. A failure only costs the next reader a
         longer fold: logged, never raised."""
         st = self.state
-        if st.last_seq == self._snapshot_seq or self._failure is not None or (periodic and (
-                st.last_seq - self._snapshot_seq < SNAPSHOT_EVERY_EVENTS
-                or self.clock() - self._snapshot_at < SNAPSHOT_MIN_INTERVAL)):
+        since = st.last_seq - self._snapshot_seq
+        if since <= 0 or self._failure is not None or (periodic and (
+                since < SNAPSHOT_EVERY_EVENTS or self.clock() - self._snapshot_at < SNAPSHOT_MIN_INTERVAL)) or (
+                self._snapshot_seq and since * SNAPSHOT_TRIALS_PER_EVENT < len(st.trials)):
             return
         try:
             write_snapshot(self.store, st)

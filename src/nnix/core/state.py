@@ -192,6 +192,7 @@ class ExperimentState:
     def __post_init__(self) -> None:
         # the snapshot records of ended trials as last encoded (see encode_snapshot), dropped when one changes
         self.encoded: dict[str, bytes] = {}
+        self.snapshot_seq = 0  # the seq of the store's snapshot this state was read from or last written at
 
     # --- derived views -----------------------------------------------------------------------
     def elapsed(self, now: float | None = None) -> float:
@@ -439,12 +440,14 @@ class _Source:
     ``1 + starts[i]:starts[i + 1]`` (then a comma or the closing bracket); its intermediate values are
     ``values[at[i]:at[i + 1]]``."""
 
-    __slots__ = ("at", "finals", "index", "left", "loader", "records", "starts", "values")
+    __slots__ = ("at", "encoded", "finals", "index", "left", "loader", "records", "starts", "values")
 
     def __init__(self, records: memoryview, starts: array[int], finals: array[float], at: array[int],
-                 values: array[float], loader: Callable[[str], list[Metric]] | None) -> None:
+                 values: array[float], loader: Callable[[str], list[Metric]] | None,
+                 encoded: dict[str, bytes]) -> None:
         self.records, self.starts, self.finals, self.at, self.values = records, starts, finals, at, values
         self.loader = loader
+        self.encoded = encoded  # (the state's: an ended trial built keeps its record as encoded)
         self.index: dict[str, int] = {}
         self.left = 0  # trials not built yet
 
@@ -452,11 +455,15 @@ class _Source:
         return bytes(self.records[1 + self.starts[i]:self.starts[i + 1]])
 
     def build(self, i: int, rec: list[Any] | None = None) -> TrialState:
+        raw = self.record(i)
         if rec is None:
-            rec = json.loads(self.record(i))
+            rec = json.loads(raw)
         values = self.values[self.at[i]:self.at[i + 1]]
         self.left -= 1
-        return _trial(rec, values, self.loader)
+        t = _trial(rec, values, self.loader)
+        if t.status.is_terminal:
+            self.encoded[t.trial_id] = raw
+        return t
 
 
 class TrialTable(dict[str, TrialState]):
@@ -639,7 +646,7 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None) -
     state = ExperimentState(**{key: v for key, v in head.items() if key != "status"})
     state.status = ExperimentStatus(head["status"])
     state.loader = loader
-    source = _Source(records, starts, finals, at, values, loader)
+    source = _Source(records, starts, finals, at, values, loader, state.encoded)
     table = TrialTable(ids, source if k else None)
     for i in active:  # built at once (see TrialTable)
         table[ids[i]]
@@ -651,6 +658,7 @@ def write_snapshot(store: Store, state: ExperimentState) -> None:
     """Keep ``state`` (folded from ``store`` up to ``state.last_seq``) as the store's snapshot."""
     if state.last_seq > 0:
         store.write_snapshot(Snapshot(SNAPSHOT_VERSION, state.last_seq, encode_snapshot(state)))
+        state.snapshot_seq = state.last_seq
 
 
 def load_snapshot(store: Store, loader: Callable[[str], list[Metric]] | None) -> ExperimentState | None:
@@ -666,6 +674,7 @@ def load_snapshot(store: Store, loader: Callable[[str], list[Metric]] | None) ->
         return None
     if state.last_seq != snap.seq:
         return None
+    state.snapshot_seq = snap.seq
     return state
 
 
