@@ -240,6 +240,43 @@ def test_a_manager_leaves_the_snapshot_as_it_is_when_few_events_followed_it_for_
     again = store.read_snapshot()
     assert again is not None and again.seq == store.read()[-1].seq  # enough followed it now: written
 
+
+def test_a_running_manager_writes_its_periodic_snapshot_from_another_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from nnix.core import manager as manager_mod
+    from nnix.core import state as state_mod
+
+    monkeypatch.setattr(manager_mod, "SNAPSHOT_EVERY_EVENTS", 1)
+    monkeypatch.setattr(manager_mod, "SNAPSHOT_MIN_INTERVAL", 0.0)
+    writers: list[tuple[bool, int]] = []
+    real = SqliteStore.snapshot_writer
+
+    def spy(self: SqliteStore) -> SqliteStore:
+        other = real(self)
+        write = other.write_snapshot
+        other.write_snapshot = lambda snap: (  # type: ignore[method-assign]
+            writers.append((threading.current_thread() is threading.main_thread(), snap.seq)), write(snap))[1]
+        return other
+
+    monkeypatch.setattr(SqliteStore, "snapshot_writer", spy)
+    cmd = _trial(tmp_path, "import time\ntime.sleep(0.3)\nnni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=3, trialConcurrency=1)
+    m = manager_for(d)
+    m._heartbeat = 0.05
+
+    async def main() -> ExperimentStatus:
+        return await asyncio.wait_for(m.run("create"), 60)
+
+    assert asyncio.run(main()) is ExperimentStatus.DONE
+    m.store.close()
+    assert writers and not any(main_thread for main_thread, _ in writers)  # periodic: off the loop's thread
+    store = SqliteStore(d / STORE_NAME)
+    snap = store.read_snapshot()
+    assert snap is not None and snap.seq == store.read()[-1].seq  # and the one at exit, of everything
+    assert state_mod.fold_store(store).trials.keys() == state_mod.fold(store.read()).trials.keys()
+
 ALGOS = '''
 from nnix.tuners.base import TunerArgs
 from nnix.assessors.base import Decision

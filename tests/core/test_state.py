@@ -174,8 +174,9 @@ def test_a_snapshot_that_does_not_match_is_rebuilt_from_the_log(tmp_path: Path, 
         state_mod.write_snapshot(store, lie)
         db = sqlite3.connect(tmp_path / "s.sqlite")
         if damage == "body":  # bytes changed on disk, the checksum not
-            body = db.execute("SELECT body FROM snapshot").fetchone()[0]
-            db.execute("UPDATE snapshot SET body = ?", (body.replace(b'"x":1', b'"x":7'),))
+            body = db.execute("SELECT body FROM snapshot_chunk").fetchone()[0]
+            assert b'"x":1' in body
+            db.execute("UPDATE snapshot_chunk SET body = ?", (body.replace(b'"x":1', b'"x":7'),))
         elif damage == "checksum":
             db.execute("UPDATE snapshot SET checksum = checksum + 1")
         else:  # the event the snapshot was taken at is not the one there now (another log under it)

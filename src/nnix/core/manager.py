@@ -27,7 +27,7 @@ from nnix.agent.channel import metric_problem
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
-from nnix.core.state import ExperimentState, TrialState, fold_store, write_snapshot
+from nnix.core.state import ExperimentState, TrialState, fold_store, snapshot_of
 from nnix.errors import (
     NnixError,
     NoMoreTrialsError,
@@ -56,7 +56,7 @@ from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialS
 from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
-from nnix.store.base import Store
+from nnix.store.base import Snapshot, Store
 from nnix.tuners.base import Tuner, TunerContext
 
 log = logging.getLogger("nnix.manager")
@@ -127,6 +127,7 @@ class ExperimentManager:
         self._logged_wait = ""
         self._assessed: dict[str, int] = {}
         self._failure: StoreError | None = None
+        self._snapshot_job: asyncio.Future[None] | None = None  # a periodic snapshot being written by a thread
 
     # --- recording ---------------------------------------------------------------------------
     def record(self, *events: Event) -> None:
@@ -655,25 +656,43 @@ class ExperimentManager:
             await self.service.close(kill_trials=False)
         if self._failure is not None:
             raise self._failure
+        if self._snapshot_job is not None:
+            await self._snapshot_job
         self.snapshot()
         return self.state.status
 
     def snapshot(self, periodic: bool = False) -> None:
         """Keep the folded state in the store (the next manager or CLI replays only what follows it);
-        ``periodic``: only when enough happened since the last one. A failure only costs the next reader a
-        longer fold: logged, never raised."""
+        ``periodic``: only when enough happened since the last one, encoded here (only the trials changed since
+        the last one) and written to the store by a thread (on its own connection, a chunk per transaction:
+        the loop goes on meanwhile). A failure only costs the next reader a longer fold: logged, never raised."""
         st = self.state
         since = st.last_seq - self._snapshot_seq
         if since <= 0 or self._failure is not None or (periodic and (
-                since < SNAPSHOT_EVERY_EVENTS or self.clock() - self._snapshot_at < SNAPSHOT_MIN_INTERVAL)) or (
+                since < SNAPSHOT_EVERY_EVENTS or self.clock() - self._snapshot_at < SNAPSHOT_MIN_INTERVAL
+                or (self._snapshot_job is not None and not self._snapshot_job.done()))) or (
                 self._snapshot_seq and since * SNAPSHOT_TRIALS_PER_EVENT < len(st.trials)):
             return
+        snap = snapshot_of(st)
+        if periodic:
+            self._snapshot_at = self.clock()
+            self._snapshot_job = asyncio.ensure_future(asyncio.to_thread(self._write_snapshot, snap, True))
+        else:
+            self._write_snapshot(snap, False)
+
+    def _write_snapshot(self, snap: Snapshot, other_thread: bool) -> None:
         try:
-            write_snapshot(self.store, st)
-        except StoreError as e:
-            log.warning("snapshot of the state not written (%s): the next start folds more of the log", e.message)
+            store = self.store.snapshot_writer() if other_thread else self.store
+            try:
+                store.write_snapshot(snap)
+            finally:
+                if store is not self.store:
+                    store.close()
+        except Exception as e:  # (a snapshot is only a head start for the next reader)
+            log.warning("snapshot of the state not written (%s): the next start folds more of the log",
+                        e.message if isinstance(e, StoreError) else repr(e))
             return
-        self._snapshot_seq, self._snapshot_at = st.last_seq, self.clock()
+        self._snapshot_seq, self._snapshot_at = snap.seq, self.clock()
 
     def _log_start(self, action: str, port: int | None, host: str) -> None:
         """What this experiment is, in a few lines at the top of each manager session in manager.log."""

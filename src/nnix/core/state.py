@@ -654,10 +654,15 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None) -
     return state
 
 
+def snapshot_of(state: ExperimentState) -> Snapshot:
+    """``state`` as a snapshot (immutable: a thread may write it to the store while the state moves on)."""
+    return Snapshot(SNAPSHOT_VERSION, state.last_seq, encode_snapshot(state))
+
+
 def write_snapshot(store: Store, state: ExperimentState) -> None:
     """Keep ``state`` (folded from ``store`` up to ``state.last_seq``) as the store's snapshot."""
     if state.last_seq > 0:
-        store.write_snapshot(Snapshot(SNAPSHOT_VERSION, state.last_seq, encode_snapshot(state)))
+        store.write_snapshot(snapshot_of(state))
         state.snapshot_seq = state.last_seq
 
 
