@@ -190,8 +190,9 @@ class ExperimentState:
     counting: bool = False
 
     def __post_init__(self) -> None:
-        # the snapshot records of ended trials as last encoded (see encode_snapshot), dropped when one changes
-        self.encoded: dict[str, bytes] = {}
+        # the snapshot records (and final values) of ended trials as last encoded (see encode_snapshot),
+        # dropped when one changes
+        self.encoded: dict[str, tuple[bytes, float]] = {}
         self.snapshot_seq = 0  # the seq of the store's snapshot this state was read from or last written at
 
     # --- derived views -----------------------------------------------------------------------
@@ -400,7 +401,6 @@ SERIES_KINDS = ("MetricReported", "TrialRequeued")
 SNAPSHOT_VERSION = 2
 _EXPERIMENT_SKIP = ("trials", "loader", "status")
 _STATUSES = {s.value: s for s in TrialStatus}
-_PENDING: Any = object()  # a trial of a TrialTable not built yet
 
 
 def _metric_out(m: Metric | None) -> list[Any] | None:
@@ -438,18 +438,17 @@ def _trial(rec: list[Any], values: array[float], loader: Callable[[str], list[Me
 class _Source:
     """The undecoded trials of a snapshot: ``records`` is a JSON array of them, record ``i`` its bytes
     ``1 + starts[i]:starts[i + 1]`` (then a comma or the closing bracket); its intermediate values are
-    ``values[at[i]:at[i + 1]]``."""
+    ``values[at[i]:at[i + 1]]`` (``values``: raw doubles, 8 bytes each)."""
 
-    __slots__ = ("at", "encoded", "finals", "index", "left", "loader", "records", "starts", "values")
+    __slots__ = ("at", "encoded", "finals", "left", "loader", "records", "starts", "values")
 
     def __init__(self, records: memoryview, starts: array[int], finals: array[float], at: array[int],
-                 values: array[float], loader: Callable[[str], list[Metric]] | None,
-                 encoded: dict[str, bytes]) -> None:
+                 values: memoryview, loader: Callable[[str], list[Metric]] | None,
+                 encoded: dict[str, tuple[bytes, float]]) -> None:
         self.records, self.starts, self.finals, self.at, self.values = records, starts, finals, at, values
         self.loader = loader
         self.encoded = encoded  # (the state's: an ended trial built keeps its record as encoded)
-        self.index: dict[str, int] = {}
-        self.left = 0  # trials not built yet
+        self.left = len(finals)  # trials not built yet
 
     def record(self, i: int) -> bytes:
         return bytes(self.records[1 + self.starts[i]:self.starts[i + 1]])
@@ -458,12 +457,22 @@ class _Source:
         raw = self.record(i)
         if rec is None:
             rec = json.loads(raw)
-        values = self.values[self.at[i]:self.at[i + 1]]
+        values = array("d")
+        values.frombytes(self.values[self.at[i] * 8:self.at[i + 1] * 8])
         self.left -= 1
         t = _trial(rec, values, self.loader)
         if t.status.is_terminal:
-            self.encoded[t.trial_id] = raw
+            self.encoded[t.trial_id] = (raw, self.finals[i])
         return t
+
+
+def _slot(trials: dict[str, TrialState], key: str) -> Any:
+    """What a dict holds under ``key``: in a TrialTable, a TrialState or (not built yet) an int."""
+    return dict.__getitem__(trials, key)
+
+
+def _slots(trials: dict[str, TrialState]) -> Iterable[tuple[str, Any]]:
+    return dict.items(trials)
 
 
 class TrialTable(dict[str, TrialState]):
@@ -471,62 +480,60 @@ class TrialTable(dict[str, TrialState]):
     ``in`` answer at once), but a trial is built from the snapshot's bytes only when it is first read: one by
     key, all of them by ``values()``/``items()`` (one JSON parse). A snapshot of 100k trials thus opens in the
     time of reading its ids, and ``nnix view`` answers before any trial is built. Trials running or waiting
-    at the snapshot are built at once, so a trial not built yet is an ended one nothing touched since."""
+    at the snapshot are built at once, so a trial not built yet is an ended one nothing touched since.
+    (A trial not built yet is held as its index in the snapshot: an int.)"""
 
     __slots__ = ("source",)
 
     def __init__(self, ids: list[str], source: _Source | None) -> None:
-        super().__init__(dict.fromkeys(ids, _PENDING))
+        super().__init__(zip(ids, range(len(ids)), strict=True))  # type: ignore[arg-type]
         self.source = source
-        if source is not None:
-            source.index = {tid: i for i, tid in enumerate(ids)}
-            source.left = len(ids)
 
     @property
     def pending(self) -> bool:
         return self.source is not None
 
     def _one(self, key: str) -> TrialState:
-        t = dict.__getitem__(self, key)
-        if t is _PENDING:
+        t = _slot(self, key)
+        if type(t) is int:
             src = self.source
             assert src is not None
-            t = src.build(src.index[key])
+            t = src.build(t)
             dict.__setitem__(self, key, t)
             if not src.left:
                 self.source = None
-        return t
+        return t  # type: ignore[no-any-return]
 
     def build_all(self) -> None:
         src = self.source
         if src is None:
             return
         recs = json.loads(bytes(src.records))
-        for tid, i in src.index.items():
-            if dict.__getitem__(self, tid) is _PENDING:
+        for tid, i in list(_slots(self)):
+            if type(i) is int:
                 dict.__setitem__(self, tid, src.build(i, recs[i]))
         self.source = None
 
     def built(self) -> list[TrialState]:
         """The trials built so far (every running or waiting one among them), in order."""
-        return [t for t in dict.values(self) if t is not _PENDING]
+        return [t for _, t in _slots(self) if type(t) is not int]
 
     def final_values(self) -> list[tuple[str, float | None]]:
         """(id, final value) of every trial, in order, without building any."""
         src = self.source
         if src is None:
             return [(tid, t.final_value) for tid, t in dict.items(self)]
-        finals, index = src.finals, src.index
-        return [(tid, (None if math.isnan(v := finals[index[tid]]) else v) if t is _PENDING else t.final_value)
-                for tid, t in dict.items(self)]
+        finals = src.finals
+        return [(tid, (None if math.isnan(v := finals[t]) else v) if type(t) is int else t.final_value)
+                for tid, t in _slots(self)]
 
-    def raw(self, key: str) -> tuple[bytes, float, array[float]] | None:
+    def raw(self, key: str) -> tuple[bytes, float, memoryview] | None:
         """A trial not built yet, as the snapshot holds it (record, final value, intermediate values)."""
         src = self.source
-        if src is None or dict.__getitem__(self, key) is not _PENDING:
+        i = _slot(self, key)
+        if src is None or type(i) is not int:
             return None
-        i = src.index[key]
-        return src.record(i), src.finals[i], src.values[src.at[i]:src.at[i + 1]]
+        return src.record(i), src.finals[i], src.values[src.at[i] * 8:src.at[i + 1] * 8]
 
     def __getitem__(self, key: str) -> TrialState:
         if self.source is None:
@@ -589,27 +596,30 @@ def encode_snapshot(state: ExperimentState) -> bytes:
     pos, nan = 0, math.nan
     for tid in ids:
         raw = table.raw(tid) if table is not None else None
+        vals: array[float] | memoryview
         if raw is not None:
             rec, final, vals = raw
         else:
-            t = dict.__getitem__(trials, tid)
+            t = _slot(trials, tid)
             hit = cache.get(tid)
             if hit is None:
-                hit = _record(t)
+                value = t.final_value
+                hit = (_record(t), nan if value is None else value)
                 if t.status.is_terminal:
                     cache[tid] = hit
-            rec, vals = hit, t.inter_values
-            value = t.final_value
-            final = nan if value is None else value
+            (rec, final), vals = hit, t.inter_values
         pieces.append(rec)
         pos += len(rec) + 1
         starts.append(pos)
         finals.append(final)
-        values.extend(vals)
+        if isinstance(vals, memoryview):
+            values.frombytes(vals)
+        else:
+            values.extend(vals)
         at.append(len(values))
     records = b"[" + b",".join(pieces) + b"]"
     head["active"] = [i for i, tid in enumerate(ids)
-                      if (t := dict.__getitem__(trials, tid)) is not _PENDING and t.is_active]
+                      if type(t := _slot(trials, tid)) is not int and t.is_active]
     sections = [json.dumps(ids, separators=(",", ":")).encode(), records, starts.tobytes(), finals.tobytes(),
                 at.tobytes()]
     head["sections"] = [len(s) for s in sections]
@@ -632,22 +642,24 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None) -
         pos += size
     ids_raw, records, starts_raw, finals_raw, at_raw = parts
     ids = json.loads(bytes(ids_raw))
-    starts, finals, at, values = array("q"), array("d"), array("q"), array("d")
+    starts, finals, at = array("q"), array("d"), array("q")
     starts.frombytes(starts_raw)
     finals.frombytes(finals_raw)
     at.frombytes(at_raw)
-    values.frombytes(view[pos:])
+    values = view[pos:]  # raw doubles (not copied: a trial built copies its own)
     k = len(ids)
-    if not isinstance(ids, list) or len(set(ids)) != k or len(starts) != k + 1 or len(finals) != k \
+    if not isinstance(ids, list) or len(starts) != k + 1 or len(finals) != k \
             or len(at) != k + 1 or starts[0] != 0 or (k and starts[k] != len(records) - 1) or at[0] != 0 \
-            or at[k] != len(values) or len(records) < 2:
+            or at[k] * 8 != len(values) or len(records) < 2:
         raise ValueError(f"snapshot of {k} trials with {len(starts)} offsets, {len(finals)} finals, {len(at)} series, "
-                         f"{len(values)} values")
+                         f"{len(values) / 8:.0f} values")
     state = ExperimentState(**{key: v for key, v in head.items() if key != "status"})
     state.status = ExperimentStatus(head["status"])
     state.loader = loader
     source = _Source(records, starts, finals, at, values, loader, state.encoded)
     table = TrialTable(ids, source if k else None)
+    if len(table) != k:
+        raise ValueError("snapshot with a trial id twice")
     for i in active:  # built at once (see TrialTable)
         table[ids[i]]
     state.trials = table
