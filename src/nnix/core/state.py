@@ -570,6 +570,8 @@ class TrialTable(dict[str, TrialState]):
 
     def __eq__(self, other: object) -> bool:
         self.build_all()
+        if isinstance(other, TrialTable):
+            other.build_all()
         return dict.__eq__(self, other)
 
     __hash__ = None
