@@ -527,14 +527,6 @@ class TrialTable(dict[str, TrialState]):
         return [(tid, (None if math.isnan(v := finals[t]) else v) if type(t) is int else t.final_value)
                 for tid, t in _slots(self)]
 
-    def raw(self, key: str) -> tuple[bytes, float, memoryview] | None:
-        """A trial not built yet, as the snapshot holds it (record, final value, intermediate values)."""
-        src = self.source
-        i = _slot(self, key)
-        if src is None or type(i) is not int:
-            return None
-        return src.record(i), src.finals[i], src.values[src.at[i] * 8:src.at[i + 1] * 8]
-
     def __getitem__(self, key: str) -> TrialState:
         if self.source is None:
             return dict.__getitem__(self, key)
@@ -590,38 +582,37 @@ def encode_snapshot(state: ExperimentState) -> bytes:
     head: dict[str, Any] = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in _EXPERIMENT_SKIP}
     head["status"] = state.status.value
     trials = state.trials
-    table = trials if isinstance(trials, TrialTable) else None
+    src = trials.source if isinstance(trials, TrialTable) else None
     cache = state.encoded
-    ids = list(trials)
+    ids: list[str] = []
+    active: list[int] = []
     pieces: list[bytes] = []
     starts, finals, at, values = array("q", [0]), array("d"), array("q", [0]), array("d")
     pos, nan = 0, math.nan
-    for tid in ids:
-        raw = table.raw(tid) if table is not None else None
-        vals: array[float] | memoryview
-        if raw is not None:
-            rec, final, vals = raw
+    for n, (tid, t) in enumerate(_slots(trials)):
+        ids.append(tid)
+        if type(t) is int:  # not built yet: its bytes as the snapshot holds them
+            assert src is not None
+            rec, final = src.record(t), src.finals[t]
+            values.frombytes(src.values[src.at[t] * 8:src.at[t + 1] * 8])
         else:
-            t = _slot(trials, tid)
             hit = cache.get(tid)
             if hit is None:
                 value = t.final_value
                 hit = (_record(t), nan if value is None else value)
                 if t.status.is_terminal:
                     cache[tid] = hit
-            (rec, final), vals = hit, t.inter_values
+                else:
+                    active.append(n)
+            rec, final = hit
+            values.extend(t.inter_values)
         pieces.append(rec)
         pos += len(rec) + 1
         starts.append(pos)
         finals.append(final)
-        if isinstance(vals, memoryview):
-            values.frombytes(vals)
-        else:
-            values.extend(vals)
         at.append(len(values))
     records = b"[" + b",".join(pieces) + b"]"
-    head["active"] = [i for i, tid in enumerate(ids)
-                      if type(t := _slot(trials, tid)) is not int and t.is_active]
+    head["active"] = active
     sections = [json.dumps(ids, separators=(",", ":")).encode(), records, starts.tobytes(), finals.tobytes(),
                 at.tobytes()]
     head["sections"] = [len(s) for s in sections]
