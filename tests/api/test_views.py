@@ -51,3 +51,38 @@ def test_trial_list_follows_the_state(finished: Path, h: Any) -> None:
             assert page2["items"][0]["id"] == "ddddd" and page2["seq"] > page["seq"]
 
     h.run(go())
+
+
+def test_warming_builds_the_trials_of_a_snapshot_a_chunk_at_a_time(tmp_path: Path) -> None:
+    """A state read from a snapshot builds a trial at its first read; the warm-up builds them a chunk per loop
+    turn (the REST server answers meanwhile), not all at once before the first request."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from nnix.api.views import TrialViews
+    from nnix.core.events import ExperimentCreated, TrialCreated, TrialStarted
+    from nnix.core.state import TrialTable, fold_store, write_snapshot
+    from nnix.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.sqlite")
+    store.append([ExperimentCreated("e1", {}, 1)])
+    for i in range(10):
+        store.append([TrialCreated(f"t{i}", i, i, {"x": i}), TrialStarted(f"t{i}", "local-env", "/tmp", 1),
+                      MetricReported(f"t{i}", F, 0, i * 0.1, 0, i), TrialEnded(f"t{i}", TrialStatus.SUCCEEDED, 0)])
+    write_snapshot(store, fold_store(store))
+    state = fold_store(store)
+    trials = state.trials
+    assert isinstance(trials, TrialTable) and trials.built() == []
+    views = TrialViews(SimpleNamespace(state=state))  # type: ignore[arg-type]
+
+    async def go() -> list[int]:
+        built = []
+        task = asyncio.ensure_future(views.warm(chunk=3))
+        while not task.done():
+            await asyncio.sleep(0)
+            built.append(len(trials.built()))
+        return built
+
+    built = asyncio.run(go())
+    assert built[0] <= 3 and built[-1] == 10 and len(set(built)) >= 4  # 3, 6, 9, 10 trials built, a turn apart
+    assert [views.summary(t)["metric"] for t in state.trials.values()] == [i * 0.1 for i in range(10)]

@@ -228,6 +228,70 @@ def test_a_manager_leaves_a_snapshot_and_the_next_one_starts_from_it(tmp_path: P
     again = store.read_snapshot()
     assert again is not None and again.seq == store.read()[-1].seq > snap.seq
 
+
+def test_a_manager_leaves_the_snapshot_as_it_is_when_few_events_followed_it_for_its_trials(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewriting a snapshot of 100k trials costs seconds, replaying a view's few events nothing: at exit a
+    manager writes one only where at least one event per SNAPSHOT_TRIALS_PER_EVENT trials followed it."""
+    from nnix.core import manager as manager_mod
+    from nnix.core import state as state_mod
+
+    cmd = _trial(tmp_path, "nni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=2)
+    assert run_experiment(d).status is ExperimentStatus.DONE
+    store = SqliteStore(d / STORE_NAME)
+    snap = store.read_snapshot()
+    assert snap is not None
+    monkeypatch.setattr(manager_mod, "SNAPSHOT_TRIALS_PER_EVENT", 0.01)  # 2 trials: < 200 events is few
+    second = run_experiment(d, action="resume")
+    assert second.status is ExperimentStatus.DONE and store.read()[-1].seq > snap.seq
+    assert store.read_snapshot() == snap  # kept: the next reader replays what followed it
+    assert state_mod.fold_store(store).last_seq == store.read()[-1].seq
+    monkeypatch.setattr(manager_mod, "SNAPSHOT_TRIALS_PER_EVENT", 10)
+    run_experiment(d, action="resume")
+    again = store.read_snapshot()
+    assert again is not None and again.seq == store.read()[-1].seq  # enough followed it now: written
+
+
+def test_a_running_manager_writes_its_periodic_snapshot_from_another_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from nnix.core import manager as manager_mod
+    from nnix.core import state as state_mod
+
+    monkeypatch.setattr(manager_mod, "SNAPSHOT_EVERY_EVENTS", 1)
+    monkeypatch.setattr(manager_mod, "SNAPSHOT_MIN_INTERVAL", 0.0)
+    writers: list[tuple[bool, int]] = []
+    real = SqliteStore.snapshot_writer
+
+    def spy(self: SqliteStore) -> SqliteStore:
+        other = real(self)
+        write = other.write_snapshot
+        def spied(snapshot: Any) -> None:
+            writers.append((threading.current_thread() is threading.main_thread(), snapshot.seq))
+            write(snapshot)
+
+        other.write_snapshot = spied  # type: ignore[method-assign]
+        return other
+
+    monkeypatch.setattr(SqliteStore, "snapshot_writer", spy)
+    cmd = _trial(tmp_path, "import time\ntime.sleep(0.3)\nnni.report_final_result(p['x'])\n")
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=3, trialConcurrency=1)
+    m = manager_for(d)
+    m._heartbeat = 0.05
+
+    async def main() -> ExperimentStatus:
+        return await asyncio.wait_for(m.run("create"), 60)
+
+    assert asyncio.run(main()) is ExperimentStatus.DONE
+    m.store.close()
+    assert writers and not any(main_thread for main_thread, _ in writers)  # periodic: off the loop's thread
+    store = SqliteStore(d / STORE_NAME)
+    snap = store.read_snapshot()
+    assert snap is not None and snap.seq == store.read()[-1].seq  # and the one at exit, of everything
+    assert state_mod.fold_store(store).trials.keys() == state_mod.fold(store.read()).trials.keys()
+
 ALGOS = '''
 from nnix.tuners.base import TunerArgs
 from nnix.assessors.base import Decision

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,8 +180,9 @@ def test_a_snapshot_that_does_not_match_is_rebuilt_from_the_log(tmp_path: Path, 
         state_mod.write_snapshot(store, lie)
         db = sqlite3.connect(tmp_path / "s.sqlite")
         if damage == "body":  # bytes changed on disk, the checksum not
-            body = db.execute("SELECT body FROM snapshot").fetchone()[0]
-            db.execute("UPDATE snapshot SET body = ?", (body.replace(b'"x":1', b'"x":7'),))
+            body = db.execute("SELECT body FROM snapshot_chunk").fetchone()[0]
+            assert b'"x":1' in body
+            db.execute("UPDATE snapshot_chunk SET body = ?", (body.replace(b'"x":1', b'"x":7'),))
         elif damage == "checksum":
             db.execute("UPDATE snapshot SET checksum = checksum + 1")
         else:  # the event the snapshot was taken at is not the one there now (another log under it)
@@ -223,3 +225,98 @@ def test_kill_9_during_a_snapshot_write_keeps_the_last_one_and_loses_no_event(tm
     assert snap is not None and snap.seq < store.read()[-1].seq
     assert len(store.read(kinds=("TrialCreated",))) == 9
     assert _canon(state_mod.fold_store(store)) == _canon(state_mod.fold(store.read()))
+
+
+# --- a snapshot opens without building its trials; one written again encodes only what changed ---------------
+
+def _snapshotted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Store, list[str]]:
+    """A store with a snapshot of 20 trials (some running), and a list that records each trial built from it."""
+    from nnix.core import state as state_mod
+    from nnix.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.sqlite")
+    _started(store)
+    _busy_log(store, range(0, 20))
+    state_mod.write_snapshot(store, state_mod.fold_store(store))
+    built: list[str] = []
+    real = state_mod._trial
+    def spy(rec: Any, *a: Any) -> Any:
+        built.append(rec[0])
+        return real(rec, *a)
+
+    monkeypatch.setattr(state_mod, "_trial", spy)
+    return store, built
+
+
+def test_a_snapshot_opens_building_only_its_running_trials_and_each_other_at_its_first_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nnix.core import state as state_mod
+
+    store, built = _snapshotted(tmp_path, monkeypatch)
+    running = sorted(f"t{i}" for i in range(20) if i % 4 == 1)
+    state = state_mod.fold_store(store)
+    assert sorted(built) == running  # the running ones (the manager needs them at once), no ended one
+    assert len(state.trials) == 20 and "t7" in state.trials and list(state.trials)[:3] == ["t0", "t1", "t2"]
+    assert sorted(t.trial_id for t in state.active_trials) == running and state.count(TrialStatus.RUNNING) == 5
+    assert sorted(built) == running
+    assert state.trials["t8"].final_value == 8.0 and state.trials.get("t10") is not None  # one at a time
+    assert built[-2:] == ["t8", "t10"] and len(built) == 7
+    assert [t.trial_id for t in state.ranked(2)] == ["t0", "t2"] and len(built) == 9  # minimize: 0.0 then 2.0
+    assert state.count(TrialStatus.SUCCEEDED) == 15 and len(built) == 20  # every trial: all built, once
+    assert _canon(state) == _canon(fold(store.read()))
+
+
+def test_a_snapshot_written_again_encodes_only_the_trials_changed_since(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nnix.core import state as state_mod
+
+    store, _ = _snapshotted(tmp_path, monkeypatch)
+    encoded: list[str] = []
+    real = state_mod._record
+    def spy(t: Any) -> Any:
+        encoded.append(t.trial_id)
+        return real(t)
+
+    monkeypatch.setattr(state_mod, "_record", spy)
+    state = state_mod.fold_store(store)
+    body = state_mod.encode_snapshot(state)
+    assert sorted(encoded) == sorted(f"t{i}" for i in range(20) if i % 4 == 1)  # the running ones only
+    state.trials["t3"]  # read, not changed: its bytes stay the snapshot's
+    store.append([MetricReported("t1", MetricType.FINAL, 0, 0.5, 9, 1), TrialEnded("t1", TrialStatus.SUCCEEDED, 0),
+                  TrialEnded("t5", TrialStatus.FAILED, 1, "killed")])
+    store.replay(state, state.last_seq)
+    encoded.clear()
+    state_mod.encode_snapshot(state)
+    assert sorted(encoded) == ["t1", "t13", "t17", "t5", "t9"]  # changed or running (t3 keeps its bytes)
+    encoded.clear()
+    again = state_mod.encode_snapshot(state)
+    assert sorted(encoded) == ["t13", "t17", "t9"]  # only the running ones: ended ones are kept as encoded
+    assert again != body and state_mod.decode_snapshot(again, None).trials["t1"].final_value == 0.5
+    state_mod.write_snapshot(store, state)
+    assert _canon(state_mod.fold_store(store)) == _canon(fold(store.read()))
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_ranked_is_the_head_or_tail_of_the_trials_sorted_best_first_ties_in_trial_order(
+        tmp_path: Path, direction: str) -> None:
+    from nnix.core import state as state_mod
+    from nnix.store.sqlite import SqliteStore
+
+    finals = [0.5, None, 0.1, 0.5, float("nan"), 0.9, 0.1, 0.3, 0.5]
+    store = SqliteStore(tmp_path / "s.sqlite")
+    store.append([ExperimentCreated("e1", {**CONFIG, "tuner": {"class_args": {"optimize_mode": direction}}}, 7)])
+    for i, v in enumerate(finals):
+        tid = f"t{i}"
+        store.append([TrialCreated(tid, i, i, {"x": i}), TrialStarted(tid, "local-env", f"/tmp/{tid}", 100 + i)])
+        if v is not None:
+            store.append([MetricReported(tid, MetricType.FINAL, 0, v, 0, i)])
+        store.append([TrialEnded(tid, TrialStatus.SUCCEEDED, 0)])
+    scored = [(f"t{i}", v) for i, v in enumerate(finals) if v is not None and v == v]
+    best_first = [tid for tid, _ in sorted(scored, key=lambda x: x[1], reverse=direction == "maximize")]
+    state_mod.write_snapshot(store, state_mod.fold_store(store))
+    for state in (fold(store.read()), state_mod.fold_store(store)):  # all built / read from the snapshot
+        for n in (0, 1, 3, 7, 20):
+            assert [t.trial_id for t in state.ranked(n)] == best_first[:n]
+            assert [t.trial_id for t in state.ranked(n, worst=True)] == best_first[max(0, len(best_first) - n):]
+        best = state.best_trial()
+        assert best is not None and best.trial_id == best_first[0]

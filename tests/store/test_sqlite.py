@@ -163,3 +163,30 @@ def test_a_store_held_open_here_is_never_opened_by_hand(tmp_path: Path, monkeypa
     held.close()
     mod.check_store_file(path)  # no longer held: checked by hand again
     assert opened.count(str(path)) == 1
+
+
+def test_a_snapshot_is_written_in_chunks_and_a_write_cut_short_is_never_read(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk its own transaction (an appender on another connection waits for one chunk, not the whole
+    snapshot); the row names the chunks' generation: chunks no row names are not read, and the next write
+    deletes them."""
+    import sqlite3
+
+    from nnix.store import sqlite as sqlite_mod
+    from nnix.store.base import Snapshot
+
+    monkeypatch.setattr(sqlite_mod, "SNAPSHOT_CHUNK", 4)
+    store = SqliteStore(tmp_path / "s.sqlite")
+    seq = store.append([StatusChanged(ExperimentStatus.RUNNING)])[0].seq
+    store.write_snapshot(Snapshot(2, seq, b"0123456789"))
+    db = sqlite3.connect(tmp_path / "s.sqlite")
+    assert [bytes(b) for (b,) in db.execute("SELECT body FROM snapshot_chunk ORDER BY n")] == [b"0123", b"4567", b"89"]
+    db.execute("INSERT INTO snapshot_chunk(gen, n, body) VALUES (99, 0, x'00')")  # a write killed half-way
+    db.commit()
+    assert store.read_snapshot() == Snapshot(2, seq, b"0123456789")
+    store.write_snapshot(Snapshot(2, seq, b"abcdef"))
+    assert store.read_snapshot() == Snapshot(2, seq, b"abcdef")
+    assert [bytes(b) for (b,) in db.execute("SELECT body FROM snapshot_chunk ORDER BY n")] == [b"abcd", b"ef"]
+    db.execute("DELETE FROM snapshot_chunk WHERE n = 1")  # a chunk lost: the snapshot does not match
+    db.commit()
+    assert store.read_snapshot() is None

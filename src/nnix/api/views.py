@@ -188,11 +188,14 @@ class TrialViews:
         a chunk at a time so the loop keeps serving meanwhile."""
         import asyncio
 
-        trials = list(self.manager.state.trials.values())
+        trials = self.manager.state.trials
+        ids = list(trials)  # by id: a trial a snapshot holds is built here, a chunk at a time (not all at once)
         try:
-            for i in range(0, len(trials), chunk):
-                for t in trials[i:i + chunk]:
-                    self._entry(t)
+            for i in range(0, len(ids), chunk):
+                for tid in ids[i:i + chunk]:
+                    t = trials.get(tid)
+                    if t is not None:
+                        self._entry(t)
                 await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")

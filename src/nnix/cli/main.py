@@ -420,12 +420,6 @@ def _dump(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, default=str))
 
 
-def _best_first(trials: list[Any], direction: str) -> list[Any]:
-    """Trials with a final result, best first for the experiment's optimize mode."""
-    scored = [t for t in trials if t.final_value is not None]
-    return sorted(scored, key=lambda t: t.final_value, reverse=direction != "minimize")
-
-
 @trial_app.command("ls")
 def trial_ls(
     experiment_id: IdArg = None,
@@ -440,10 +434,10 @@ def trial_ls(
         raise NnixError("--head and --tail are mutually exclusive")
     eid, state = _state(experiment_id)
     _warn_halted(eid)
-    trials = list(state.trials.values())
-    if head is not None or tail is not None:
-        ranked = _best_first(trials, state.direction)
-        trials = ranked[:head] if head is not None else ranked[max(0, len(ranked) - (tail or 0)):]
+    if head is not None or tail is not None:  # only those trials are read from the snapshot
+        trials = state.ranked(max(0, head if head is not None else tail or 0), worst=head is None)
+    else:
+        trials = list(state.trials.values())
     if as_json:
         from nnix.api.app import trial_info
         from nnix.home import Registry

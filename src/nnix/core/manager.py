@@ -28,7 +28,7 @@ from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
-from nnix.core.state import ExperimentState, TrialState, fold_store, write_snapshot
+from nnix.core.state import ExperimentState, TrialState, fold_store, snapshot_of
 from nnix.errors import (
     NnixError,
     NoMoreTrialsError,
@@ -56,7 +56,7 @@ from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialS
 from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
-from nnix.store.base import Store
+from nnix.store.base import Snapshot, Store
 from nnix.tuners.base import Tuner, TunerContext
 
 log = logging.getLogger("nnix.manager")
@@ -67,7 +67,9 @@ FINISHED = (ExperimentStatus.DONE, ExperimentStatus.STOPPED, ExperimentStatus.ER
 
 
 SNAPSHOT_EVERY_EVENTS = 50_000  # a running manager refreshes the store's snapshot after this many events,
-SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit)
+SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit,
+SNAPSHOT_TRIALS_PER_EVENT = 10  # where at least one event per this many trials followed the last one: a view of
+# 100k trials adds 2 events, cheaper to replay at the next start than a snapshot of them all is to write)
 
 
 def new_trial_id(taken: Callable[[str], bool]) -> str:
@@ -124,7 +126,7 @@ class ExperimentManager:
         self.direction = direction
         self.clock = clock
         self.state: ExperimentState = fold_store(store)
-        self._snapshot_seq, self._snapshot_at = self.state.last_seq, clock()
+        self._snapshot_seq, self._snapshot_at = self.state.snapshot_seq, clock()  # (0: the store has none)
         # The tuner's history, kept per trial and rebuilt only for trials an event touched since the last
         # ask (every change of state goes through record()): an ask costs O(changed), not O(history).
         self._trial_records: dict[str, TrialRecord | None] = {}
@@ -145,6 +147,7 @@ class ExperimentManager:
         self._logged_wait = ""
         self._assessed: dict[str, int] = {}
         self._failure: StoreError | None = None
+        self._snapshot_job: asyncio.Future[None] | None = None  # a periodic snapshot being written by a thread
 
     # --- recording ---------------------------------------------------------------------------
     def record(self, *events: Event) -> None:
@@ -587,10 +590,10 @@ class ExperimentManager:
         self._waiting_note = ""
         # every trial, whatever its source (tuner, customized, requeued), waits for a slot: never more
         # RUNNING than trialConcurrency (a decrease kills nothing: the excess just ends on its own)
-        running = sum(1 for t in self.state.trials.values() if t.status is TrialStatus.RUNNING)
+        active = self.state.active_trials  # (not every trial: an ended one a snapshot holds is not built)
+        running = sum(1 for t in active if t.status is TrialStatus.RUNNING)
         slots = int(self.state.limits.get("trial_concurrency") or 1) - running
-        waiting = [t for t in self.state.trials.values()
-                   if t.status is TrialStatus.WAITING and t.cancel_reason is None]
+        waiting = [t for t in active if t.status is TrialStatus.WAITING and t.cancel_reason is None]
         set_demand = getattr(self.service, "set_demand", None)
         if set_demand is not None:
             set_demand(max(0, min(len(waiting), slots)))
@@ -732,24 +735,43 @@ class ExperimentManager:
             await self.service.close(kill_trials=False)
         if self._failure is not None:
             raise self._failure
+        if self._snapshot_job is not None:
+            await self._snapshot_job
         self.snapshot()
         return self.state.status
 
     def snapshot(self, periodic: bool = False) -> None:
         """Keep the folded state in the store (the next manager or CLI replays only what follows it);
-        ``periodic``: only when enough happened since the last one. A failure only costs the next reader a
-        longer fold: logged, never raised."""
+        ``periodic``: only when enough happened since the last one, encoded here (only the trials changed since
+        the last one) and written to the store by a thread (on its own connection, a chunk per transaction:
+        the loop goes on meanwhile). A failure only costs the next reader a longer fold: logged, never raised."""
         st = self.state
-        if st.last_seq == self._snapshot_seq or self._failure is not None or (periodic and (
-                st.last_seq - self._snapshot_seq < SNAPSHOT_EVERY_EVENTS
-                or self.clock() - self._snapshot_at < SNAPSHOT_MIN_INTERVAL)):
+        since = st.last_seq - self._snapshot_seq
+        if since <= 0 or self._failure is not None or (periodic and (
+                since < SNAPSHOT_EVERY_EVENTS or self.clock() - self._snapshot_at < SNAPSHOT_MIN_INTERVAL
+                or (self._snapshot_job is not None and not self._snapshot_job.done()))) or (
+                self._snapshot_seq and since * SNAPSHOT_TRIALS_PER_EVENT < len(st.trials)):
             return
+        snap = snapshot_of(st)
+        if periodic:
+            self._snapshot_at = self.clock()
+            self._snapshot_job = asyncio.ensure_future(asyncio.to_thread(self._write_snapshot, snap, True))
+        else:
+            self._write_snapshot(snap, False)
+
+    def _write_snapshot(self, snap: Snapshot, other_thread: bool) -> None:
         try:
-            write_snapshot(self.store, st)
-        except StoreError as e:
-            log.warning("snapshot of the state not written (%s): the next start folds more of the log", e.message)
+            store = self.store.snapshot_writer() if other_thread else self.store
+            try:
+                store.write_snapshot(snap)
+            finally:
+                if store is not self.store:
+                    store.close()
+        except Exception as e:  # (a snapshot is only a head start for the next reader)
+            log.warning("snapshot of the state not written (%s): the next start folds more of the log",
+                        e.message if isinstance(e, StoreError) else repr(e))
             return
-        self._snapshot_seq, self._snapshot_at = st.last_seq, self.clock()
+        self._snapshot_seq, self._snapshot_at = snap.seq, self.clock()
 
     def _log_start(self, action: str, port: int | None, host: str) -> None:
         """What this experiment is, in a few lines at the top of each manager session in manager.log."""

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import math
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, ItemsView, Iterable, Iterator, ValuesView
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -188,6 +189,12 @@ class ExperimentState:
     session_last: float | None = None
     counting: bool = False
 
+    def __post_init__(self) -> None:
+        # the snapshot records (and final values) of ended trials as last encoded (see encode_snapshot),
+        # dropped when one changes
+        self.encoded: dict[str, tuple[bytes, float]] = {}
+        self.snapshot_seq = 0  # the seq of the store's snapshot this state was read from or last written at
+
     # --- derived views -----------------------------------------------------------------------
     def elapsed(self, now: float | None = None) -> float:
         """Seconds the experiment has been running, over all manager sessions (NNI's execDuration)."""
@@ -198,11 +205,17 @@ class ExperimentState:
         return total
 
     def count(self, *statuses: TrialStatus) -> int:
-        return sum(1 for t in self.trials.values() if t.status in statuses)
+        trials = self.trials
+        if isinstance(trials, TrialTable) and trials.pending and not any(s.is_terminal for s in statuses):
+            return sum(1 for t in trials.built() if t.status in statuses)  # (a trial not built is an ended one)
+        return sum(1 for t in trials.values() if t.status in statuses)
 
     @property
     def active_trials(self) -> list[TrialState]:
-        return [t for t in self.trials.values() if t.is_active]
+        trials = self.trials
+        if isinstance(trials, TrialTable) and trials.pending:
+            return [t for t in trials.built() if t.is_active]
+        return [t for t in trials.values() if t.is_active]
 
     @property
     def direction(self) -> str:
@@ -213,11 +226,22 @@ class ExperimentState:
         return str(mode) if mode in ("maximize", "minimize") else "maximize"
 
     def best_trial(self) -> TrialState | None:
-        scored = [t for t in self.trials.values() if t.final_value is not None]
-        if not scored:
-            return None
-        key = (lambda t: t.final_value) if self.direction == "maximize" else (lambda t: -(t.final_value or 0.0))
-        return max(scored, key=key)
+        best = self.ranked(1)
+        return best[0] if best else None
+
+    def ranked(self, n: int, worst: bool = False) -> list[TrialState]:
+        """The ``n`` best trials with a final result, best first (``worst``: the ``n`` worst, worst last):
+        the head (or tail) of the trials with a final result sorted best first, ties in trial order. Only
+        those trials are built (see :class:`TrialTable`)."""
+        trials = self.trials
+        if isinstance(trials, TrialTable):
+            values = trials.final_values()
+        else:
+            values = [(tid, t.final_value) for tid, t in trials.items()]
+        sign = -1.0 if self.direction == "maximize" else 1.0
+        keyed = ((sign * v, i, tid) for i, (tid, v) in enumerate(values) if v is not None)
+        picked = sorted(heapq.nlargest(n, keyed)) if worst else heapq.nsmallest(n, keyed)
+        return [trials[tid] for _, _, tid in picked]
 
     def limit(self, name: str) -> Any:
         return self.limits.get(name)
@@ -227,6 +251,8 @@ class ExperimentState:
         e: Event = stored.event
         ts = stored.ts
         self.last_seq = stored.seq
+        if self.encoded and (ref := e.trial_ref) is not None:
+            self.encoded.pop(ref, None)
         self._apply(e, ts)
         if self.session_start is not None:
             self.session_last = ts
@@ -302,6 +328,8 @@ class ExperimentState:
         self, trial_id: str, mtype: MetricType, sequence: int, value: Any, index: int, ts: float
     ) -> None:
         """One metric of a trial (its parameter id is the trial's: not repeated per metric)."""
+        if self.encoded:
+            self.encoded.pop(trial_id, None)
         self.trials[trial_id].add_metric(Metric(mtype, sequence, value, ts, index))
 
     def apply_metric_row(self, seq: int, ts: float, row: list[Any]) -> None:
@@ -368,8 +396,11 @@ def fold(events: Iterable[Stored], state: ExperimentState | None = None) -> Expe
 
 
 SERIES_KINDS = ("MetricReported", "TrialRequeued")
-SNAPSHOT_VERSION = 1  # of the format below: a snapshot in another one is rebuilt from the log
+# of the format below: a snapshot in another one (version 1 was one JSON document of every trial, decoded at once)
+# is rebuilt from the log
+SNAPSHOT_VERSION = 2
 _EXPERIMENT_SKIP = ("trials", "loader", "status")
+_STATUSES = {s.value: s for s in TrialStatus}
 
 
 def _metric_out(m: Metric | None) -> list[Any] | None:
@@ -380,60 +411,264 @@ def _metric_in(x: list[Any] | None) -> Metric | None:
     return None if x is None else Metric(_METRIC_TYPES[x[0]], x[1], x[2], x[3], x[4])
 
 
+def _record(t: TrialState) -> bytes:
+    """One trial of a snapshot (all but its intermediate values), as JSON."""
+    return json.dumps([
+        t.trial_id, t.sequence_id, t.parameter_id, t.params, t.source, t.created_at, t.status.value,
+        t.started_at, t.ended_at, t.environment_id, t.output_dir, t.pid, t.pid_start,
+        None if t.gpus is None else list(t.gpus), t.exit_code, t.message,
+        None if t.cancel_reason is None else t.cancel_reason.value,
+        None if t.held is None or t.status.is_terminal else [_metric_out(m) for m in t.held],
+        t.last_index, t.warnings, t.warning_count, _metric_out(t.final_m), _metric_out(t.latest_m),
+        t.n_metrics, t.n_inter,
+    ], separators=(",", ":")).encode()
+
+
+def _trial(rec: list[Any], values: array[float], loader: Callable[[str], list[Metric]] | None) -> TrialState:
+    (tid, seq_id, pid_, params, source, created, status, started, ended, env, out, pid, pid_start, gpus,
+     code, message, cancel, held, last_index, warnings, warning_count, final_m, latest_m, n_metrics, n_inter) = rec
+    return TrialState(
+        tid, seq_id, pid_, params, source, created, _STATUSES[status], started, ended, env, out, pid, pid_start,
+        None if gpus is None else tuple(gpus), code, message, None if cancel is None else CancelReason(cancel),
+        None if held is None else [Metric(_METRIC_TYPES[x[0]], x[1], x[2], x[3], x[4]) for x in held],
+        last_index, warnings, warning_count, _metric_in(final_m), _metric_in(latest_m), n_metrics, n_inter,
+        values, loader)
+
+
+class _Source:
+    """The undecoded trials of a snapshot: ``records`` is a JSON array of them, record ``i`` its bytes
+    ``1 + starts[i]:starts[i + 1]`` (then a comma or the closing bracket); its intermediate values are
+    ``values[at[i]:at[i + 1]]`` (``values``: raw doubles, 8 bytes each)."""
+
+    __slots__ = ("at", "encoded", "finals", "left", "loader", "records", "starts", "values")
+
+    def __init__(self, records: memoryview, starts: array[int], finals: array[float], at: array[int],
+                 values: memoryview, loader: Callable[[str], list[Metric]] | None,
+                 encoded: dict[str, tuple[bytes, float]]) -> None:
+        self.records, self.starts, self.finals, self.at, self.values = records, starts, finals, at, values
+        self.loader = loader
+        self.encoded = encoded  # (the state's: an ended trial built keeps its record as encoded)
+        self.left = len(finals)  # trials not built yet
+
+    def record(self, i: int) -> bytes:
+        return bytes(self.records[1 + self.starts[i]:self.starts[i + 1]])
+
+    def build(self, i: int, rec: list[Any] | None = None) -> TrialState:
+        raw = self.record(i)
+        if rec is None:
+            rec = json.loads(raw)
+        values = array("d")
+        values.frombytes(self.values[self.at[i] * 8:self.at[i + 1] * 8])
+        self.left -= 1
+        t = _trial(rec, values, self.loader)
+        if t.status.is_terminal:
+            self.encoded[t.trial_id] = (raw, self.finals[i])
+        return t
+
+
+def _slot(trials: dict[str, TrialState], key: str) -> Any:
+    """What a dict holds under ``key``: in a TrialTable, a TrialState or (not built yet) an int."""
+    return dict.__getitem__(trials, key)
+
+
+def _slots(trials: dict[str, TrialState]) -> Iterable[tuple[str, Any]]:
+    return dict.items(trials)
+
+
+class TrialTable(dict[str, TrialState]):
+    """The trials of a state decoded from a snapshot. Every trial id is there at once (in order, ``len`` and
+    ``in`` answer at once), but a trial is built from the snapshot's bytes only when it is first read: one by
+    key, all of them by ``values()``/``items()`` (one JSON parse). A snapshot of 100k trials thus opens in the
+    time of reading its ids, and ``nnix view`` answers before any trial is built. Trials running or waiting
+    at the snapshot are built at once, so a trial not built yet is an ended one nothing touched since.
+    (A trial not built yet is held as its index in the snapshot: an int.)"""
+
+    __slots__ = ("source",)
+
+    def __init__(self, ids: list[str], source: _Source | None) -> None:
+        super().__init__(zip(ids, range(len(ids)), strict=True))  # type: ignore[arg-type]
+        self.source = source
+
+    @property
+    def pending(self) -> bool:
+        return self.source is not None
+
+    def _one(self, key: str) -> TrialState:
+        t = _slot(self, key)
+        if type(t) is int:
+            src = self.source
+            assert src is not None
+            t = src.build(t)
+            dict.__setitem__(self, key, t)
+            if not src.left:
+                self.source = None
+        return t  # type: ignore[no-any-return]
+
+    def build_all(self) -> None:
+        src = self.source
+        if src is None:
+            return
+        recs = json.loads(bytes(src.records))
+        for tid, i in list(_slots(self)):
+            if type(i) is int:
+                dict.__setitem__(self, tid, src.build(i, recs[i]))
+        self.source = None
+
+    def built(self) -> list[TrialState]:
+        """The trials built so far (every running or waiting one among them), in order."""
+        return [t for _, t in _slots(self) if type(t) is not int]
+
+    def final_values(self) -> list[tuple[str, float | None]]:
+        """(id, final value) of every trial, in order, without building any."""
+        src = self.source
+        if src is None:
+            return [(tid, t.final_value) for tid, t in dict.items(self)]
+        finals = src.finals
+        return [(tid, (None if math.isnan(v := finals[t]) else v) if type(t) is int else t.final_value)
+                for tid, t in _slots(self)]
+
+    def __getitem__(self, key: str) -> TrialState:
+        if self.source is None:
+            return dict.__getitem__(self, key)
+        return self._one(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if self.source is None or key not in self:
+            return dict.get(self, key, default)
+        return self._one(key)
+
+    def __iter__(self) -> Iterator[str]:  # (also keeps dict(table) and {**table} off the raw values)
+        return dict.__iter__(self)
+
+    def values(self) -> ValuesView[TrialState]:  # type: ignore[override]
+        self.build_all()
+        return dict.values(self)
+
+    def items(self) -> ItemsView[str, TrialState]:  # type: ignore[override]
+        self.build_all()
+        return dict.items(self)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self.build_all()
+        return dict.pop(self, key, *default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self.build_all()
+        return dict.setdefault(self, key, default)
+
+    def copy(self) -> dict[str, TrialState]:
+        self.build_all()
+        return dict(dict.items(self))
+
+    def __eq__(self, other: object) -> bool:
+        self.build_all()
+        if isinstance(other, TrialTable):
+            other.build_all()
+        return dict.__eq__(self, other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        self.build_all()
+        return dict.__repr__(self)
+
+
 def encode_snapshot(state: ExperimentState) -> bytes:
-    """``state`` as snapshot bytes: JSON of everything but the finite intermediate values, which follow as
-    raw doubles (8 bytes each). Only running and waiting trials take their series with them: an ended
-    trial's is read from the store when asked for (``loader``)."""
-    head = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in _EXPERIMENT_SKIP}
+    """``state`` as snapshot bytes: a small JSON head (the experiment, its trial ids, section sizes), then the
+    trials' records (a JSON array; their byte offsets follow, so one can be decoded alone), their final values
+    and the offsets of their intermediate values (raw), and the finite intermediate values as raw doubles.
+    Only running and waiting trials take their series with them: an ended trial's is read from the store when
+    asked for (``loader``). A trial not changed since it was last encoded or decoded is not encoded again."""
+    head: dict[str, Any] = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in _EXPERIMENT_SKIP}
     head["status"] = state.status.value
-    trials, values = [], array("d")
-    for t in state.trials.values():
-        trials.append([
-            t.trial_id, t.sequence_id, t.parameter_id, t.params, t.source, t.created_at, t.status.value,
-            t.started_at, t.ended_at, t.environment_id, t.output_dir, t.pid, t.pid_start,
-            None if t.gpus is None else list(t.gpus), t.exit_code, t.message,
-            None if t.cancel_reason is None else t.cancel_reason.value,
-            None if t.held is None or t.status.is_terminal else [_metric_out(m) for m in t.held],
-            t.last_index, t.warnings, t.warning_count, _metric_out(t.final_m), _metric_out(t.latest_m),
-            t.n_metrics, t.n_inter, len(t.inter_values),
-        ])
-        values.extend(t.inter_values)
-    text = json.dumps({"experiment": head, "trials": trials}, separators=(",", ":")).encode()
-    return len(text).to_bytes(8, "little") + text + values.tobytes()
+    trials = state.trials
+    src = trials.source if isinstance(trials, TrialTable) else None
+    cache = state.encoded
+    ids: list[str] = []
+    active: list[int] = []
+    pieces: list[bytes] = []
+    starts, finals, at, values = array("q", [0]), array("d"), array("q", [0]), array("d")
+    pos, nan = 0, math.nan
+    for n, (tid, t) in enumerate(_slots(trials)):
+        ids.append(tid)
+        if type(t) is int:  # not built yet: its bytes as the snapshot holds them
+            assert src is not None
+            rec, final = src.record(t), src.finals[t]
+            values.frombytes(src.values[src.at[t] * 8:src.at[t + 1] * 8])
+        else:
+            hit = cache.get(tid)
+            if hit is None:
+                value = t.final_value
+                hit = (_record(t), nan if value is None else value)
+                if t.status.is_terminal:
+                    cache[tid] = hit
+                else:
+                    active.append(n)
+            rec, final = hit
+            values.extend(t.inter_values)
+        pieces.append(rec)
+        pos += len(rec) + 1
+        starts.append(pos)
+        finals.append(final)
+        at.append(len(values))
+    records = b"[" + b",".join(pieces) + b"]"
+    head["active"] = active
+    sections = [json.dumps(ids, separators=(",", ":")).encode(), records, starts.tobytes(), finals.tobytes(),
+                at.tobytes()]
+    head["sections"] = [len(s) for s in sections]
+    text = json.dumps({"experiment": head}, separators=(",", ":")).encode()
+    return b"".join([len(text).to_bytes(8, "little"), text, *sections, values.tobytes()])
 
 
 def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None) -> ExperimentState:
-    """The state :func:`encode_snapshot` wrote (raises on anything malformed)."""
-    n = int.from_bytes(body[:8], "little")
-    doc = json.loads(body[8:8 + n])
-    values = array("d")
-    values.frombytes(body[8 + n:])
-    head = doc["experiment"]
-    state = ExperimentState(**{k: v for k, v in head.items() if k != "status"})
+    """The state :func:`encode_snapshot` wrote (raises on anything malformed). Only its head and trial ids are
+    decoded here, and the trials running or waiting: the others are built when first read (:class:`TrialTable`)."""
+    view = memoryview(body)
+    n = int.from_bytes(view[:8], "little")
+    head = json.loads(bytes(view[8:8 + n]))["experiment"]
+    sizes, active = head.pop("sections"), head.pop("active")
+    pos, parts = 8 + n, []
+    for size in sizes:
+        if not isinstance(size, int) or size < 0:
+            raise ValueError(f"snapshot section size {size!r}")
+        parts.append(view[pos:pos + size])
+        pos += size
+    ids_raw, records, starts_raw, finals_raw, at_raw = parts
+    ids = json.loads(bytes(ids_raw))
+    starts, finals, at = array("q"), array("d"), array("q")
+    starts.frombytes(starts_raw)
+    finals.frombytes(finals_raw)
+    at.frombytes(at_raw)
+    values = view[pos:]  # raw doubles (not copied: a trial built copies its own)
+    k = len(ids)
+    if not isinstance(ids, list) or len(starts) != k + 1 or len(finals) != k \
+            or len(at) != k + 1 or starts[0] != 0 or (k and starts[k] != len(records) - 1) or at[0] != 0 \
+            or at[k] * 8 != len(values) or len(records) < 2:
+        raise ValueError(f"snapshot of {k} trials with {len(starts)} offsets, {len(finals)} finals, {len(at)} series, "
+                         f"{len(values) / 8:.0f} values")
+    state = ExperimentState(**{key: v for key, v in head.items() if key != "status"})
     state.status = ExperimentStatus(head["status"])
     state.loader = loader
-    trials = state.trials
-    at = 0
-    statuses = {s.value: s for s in TrialStatus}
-    for (tid, seq_id, pid_, params, source, created, status, started, ended, env, out, pid, pid_start, gpus,
-         code, message, cancel, held, last_index, warnings, warning_count, final_m, latest_m, n_metrics, n_inter,
-         n_values) in doc["trials"]:
-        trials[tid] = TrialState(
-            tid, seq_id, pid_, params, source, created, statuses[status], started, ended, env, out, pid, pid_start,
-            None if gpus is None else tuple(gpus), code, message, None if cancel is None else CancelReason(cancel),
-            None if held is None else [Metric(_METRIC_TYPES[x[0]], x[1], x[2], x[3], x[4]) for x in held],
-            last_index, warnings, warning_count, _metric_in(final_m), _metric_in(latest_m), n_metrics, n_inter,
-            values[at:at + n_values], loader)
-        at += n_values
-    if at != len(values):
-        raise ValueError(f"snapshot holds {len(values)} intermediate values, its trials {at}")
+    source = _Source(records, starts, finals, at, values, loader, state.encoded)
+    table = TrialTable(ids, source if k else None)
+    if len(table) != k:
+        raise ValueError("snapshot with a trial id twice")
+    for i in active:  # built at once (see TrialTable)
+        table[ids[i]]
+    state.trials = table
     return state
+
+
+def snapshot_of(state: ExperimentState) -> Snapshot:
+    """``state`` as a snapshot (immutable: a thread may write it to the store while the state moves on)."""
+    return Snapshot(SNAPSHOT_VERSION, state.last_seq, encode_snapshot(state))
 
 
 def write_snapshot(store: Store, state: ExperimentState) -> None:
     """Keep ``state`` (folded from ``store`` up to ``state.last_seq``) as the store's snapshot."""
     if state.last_seq > 0:
-        store.write_snapshot(Snapshot(SNAPSHOT_VERSION, state.last_seq, encode_snapshot(state)))
+        store.write_snapshot(snapshot_of(state))
+        state.snapshot_seq = state.last_seq
 
 
 def load_snapshot(store: Store, loader: Callable[[str], list[Metric]] | None) -> ExperimentState | None:
@@ -449,6 +684,7 @@ def load_snapshot(store: Store, loader: Callable[[str], list[Metric]] | None) ->
         return None
     if state.last_seq != snap.seq:
         return None
+    state.snapshot_seq = snap.seq
     return state
 
 

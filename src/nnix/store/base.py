@@ -71,4 +71,9 @@ class Store(Protocol):
         """The snapshot, or None when there is none or it does not match (checksum, the event at its seq)."""
         ...
 
+    def snapshot_writer(self) -> Store:
+        """A store whose ``write_snapshot`` a thread may call while this one appends (this store itself where
+        that is safe); closed by that thread when done."""
+        ...
+
     def close(self) -> None: ...

@@ -39,5 +39,8 @@ class MemoryStore:
     def read_snapshot(self) -> Snapshot | None:
         return self._snapshot
 
+    def snapshot_writer(self) -> MemoryStore:
+        return self  # (one assignment: safe from another thread)
+
     def close(self) -> None:
         pass

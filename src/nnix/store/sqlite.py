@@ -49,6 +49,23 @@ CREATE TABLE IF NOT EXISTS snapshot (
 """
 
 
+# The snapshot's bytes, written a chunk at a time (each its own short transaction: a manager appending on another
+# connection waits for one chunk at most, not for 100 MB), under a new generation number; the snapshot row then
+# names that generation (its body is CHUNKED, the generation and the chunk count) in the transaction that
+# checks the anchor, and the other generations' chunks are deleted. A write cut short leaves chunks that no
+# row names: never read, deleted by the next write.
+CHUNK_SCHEMA = """
+CREATE TABLE IF NOT EXISTS snapshot_chunk (
+    gen INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (gen, n)
+)
+"""
+CHUNKED = b"\0nnix snapshot chunks\0"
+SNAPSHOT_CHUNK = 4 << 20  # bytes
+
+
 def _anchor(ts: float, kind: str, body: str) -> int:
     return zlib.crc32(f"{ts!r}\0{kind}\0{body}".encode())
 
@@ -262,23 +279,42 @@ class SqliteStore:
         return [Stored(seq, ts, decode(kind, body)) for seq, ts, kind, body in rows]
 
     def write_snapshot(self, snapshot: Snapshot) -> None:
+        """In chunks (see CHUNK_SCHEMA), then the row that names them, in one transaction with the anchor."""
+        db, body = self._db, memoryview(snapshot.body)
         try:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                at = cur.execute("SELECT ts, kind, body FROM events WHERE seq = ?", (snapshot.seq,)).fetchone()
+            def event_at() -> Any:
+                at = db.execute("SELECT ts, kind, body FROM events WHERE seq = ?", (snapshot.seq,)).fetchone()
                 if at is None:
                     raise StoreError(f"cannot take a snapshot of {self.path} at event {snapshot.seq}: no such event")
-                cur.execute(SNAPSHOT_SCHEMA)
+                return at
+
+            event_at()
+            db.execute(SNAPSHOT_SCHEMA)
+            db.execute(CHUNK_SCHEMA)
+            gen = int(db.execute("SELECT COALESCE(MAX(gen), 0) + 1 FROM snapshot_chunk").fetchone()[0])
+            n = 0
+            for n, at in enumerate(range(0, len(body), SNAPSHOT_CHUNK), 1):  # (autocommit: one transaction each)
+                db.execute("INSERT INTO snapshot_chunk(gen, n, body) VALUES (?, ?, ?)",
+                           (gen, n - 1, body[at:at + SNAPSHOT_CHUNK]))
+            cur = db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
                 cur.execute("INSERT OR REPLACE INTO snapshot(id, version, seq, anchor, checksum, body) "
                             "VALUES (1, ?, ?, ?, ?, ?)",
-                            (snapshot.version, snapshot.seq, _anchor(*at), zlib.crc32(snapshot.body), snapshot.body))
+                            (snapshot.version, snapshot.seq, _anchor(*event_at()), zlib.crc32(body),
+                             CHUNKED + gen.to_bytes(8, "little") + n.to_bytes(8, "little")))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            for old, k in db.execute("SELECT gen, n FROM snapshot_chunk WHERE gen != ?", (gen,)).fetchall():
+                db.execute("DELETE FROM snapshot_chunk WHERE gen = ? AND n = ?", (old, k))  # (one at a time too)
         except sqlite3.Error as e:
             raise store_error(e, self.path, "write to") from e
+
+    def snapshot_writer(self) -> SqliteStore:
+        """Another connection to this store, for a thread that writes a snapshot while this one appends."""
+        return SqliteStore(self.path, create=False)
 
     def read_snapshot(self) -> Snapshot | None:
         try:
@@ -290,6 +326,14 @@ class SqliteStore:
                 return None
             version, seq, anchor, checksum, body = row
             at = self._db.execute("SELECT ts, kind, body FROM events WHERE seq = ?", (seq,)).fetchone()
+            if isinstance(body, bytes) and body.startswith(CHUNKED) and len(body) == len(CHUNKED) + 16:
+                gen = int.from_bytes(body[len(CHUNKED):-8], "little")
+                n = int.from_bytes(body[-8:], "little")
+                chunks = self._db.execute("SELECT n, body FROM snapshot_chunk WHERE gen = ? ORDER BY n",
+                                          (gen,)).fetchall()
+                if [k for k, _ in chunks] != list(range(n)):
+                    return None
+                body = b"".join(c for _, c in chunks)
         except sqlite3.Error as e:
             raise store_error(e, self.path, "read") from e
         if at is None or _anchor(*at) != anchor or not isinstance(body, bytes) or zlib.crc32(body) != checksum:
