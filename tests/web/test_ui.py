@@ -62,11 +62,18 @@ def nnix(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*NNIX, *args], capture_output=True, text=True, timeout=120, env=os.environ.copy())
 
 
-def _config(tmp_path: Path, **extra: Any) -> Path:
+def _config(tmp_path: Path, *, gate: bool = False, **extra: Any) -> Path:
+    """Six trials, two at a time; trial 0 runs for a minute. ``gate``: trial 1 waits for ``tmp_path/release``
+    (so that no third trial exists before the test says so)."""
+    wait = ("import os\n"
+            f"while n == 1 and not os.path.exists({str(tmp_path / 'release')!r}) and time.time() < t0 + 120:\n"
+            "    time.sleep(0.05)\n") if gate else ""
     (tmp_path / "trial.py").write_text(
         "import nni, sys, time\n"
+        "t0 = time.time()\n"
         "p = nni.get_next_parameter()\n"
         "n = nni.get_sequence_id()\n"
+        + wait +
         "print(f'hello from trial {n}', flush=True)\n"
         "if n == 0:\n"
         "    for i in range(600):\n"
@@ -109,11 +116,12 @@ def _rows(page: Any) -> list[dict[str, str]]:
 
 
 def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None:
-    exp_id, url = _start("create", "--config", str(_config(tmp_path)), "--port", "0")
+    exp_id, url = _start("create", "--config", str(_config(tmp_path, gate=True)), "--port", "0")
     try:
         page.goto(url + "#/trials")
         page.wait_for_selector(".vt-row[data-id]")
-        first_count = len(_rows(page))
+        first_count = len(_rows(page))  # at most trials 0 and 1: trial 1 holds the second slot until released
+        (tmp_path / "release").touch()
         # trials appear live (server-sent events; the page is not reloaded)
         page.wait_for_function("() => document.querySelectorAll('.vt-row:not([hidden])').length === 6", timeout=30000)
         assert first_count < 6
