@@ -11,12 +11,30 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from nnix.errors import NnixError
 from nnix.limits import MAX_TRIAL_CONCURRENCY, MAX_TRIAL_NUMBER
 from nnix.version import __version__
 
+
+class _Commands(TyperGroup):
+    """Plain help that lists each command with the first sentence of its help in full, wrapped under itself
+    (click would cut it at the end of the line with "...")."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:  # (typer's own click: Context, HelpFormatter)
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 app = typer.Typer(  # plain help and errors: rich (and its markdown) would double `nnix --help`'s start-up
+    cls=_Commands,
     rich_markup_mode=None,
     name="nnix",
     help="Run NNI hyper-parameter tuning experiments (nnictl-compatible).",
@@ -27,7 +45,7 @@ app = typer.Typer(  # plain help and errors: rich (and its markdown) would doubl
 
 
 def _group(help: str) -> typer.Typer:
-    return typer.Typer(rich_markup_mode=None, help=help, no_args_is_help=True)
+    return typer.Typer(cls=_Commands, rich_markup_mode=None, help=help, no_args_is_help=True)
 
 
 update_app = _group("Change a running experiment.")
