@@ -1,6 +1,8 @@
 """The training-service contract (nnix.testing.servicecontract) on every service: the scripted FakeService, the
-local service, hybrid lists, and the agent services through their labs (real SSH hosts, a real Slurm): the lab
-rows carry the `lab` marker and skip loudly where the lab cannot start."""
+local service, hybrid lists, and the agent services through their labs (real SSH hosts, a real Slurm, a real Ray
+head, a real Kubernetes control plane: tests/services/conftest.py): the lab rows carry the `lab` marker and skip
+loudly where the lab cannot start. OpenPAI runs against the fake OpenPAI REST server of nnix.testing.openpai
+(jobs run as local processes), which needs no lab."""
 
 from __future__ import annotations
 
@@ -11,11 +13,18 @@ from typing import Any, ClassVar
 import pytest
 
 from nnix.testing.gpu import DescribedInventory
+from nnix.testing.kube import KubeLab
+from nnix.testing.openpai import TOKEN, FakePai
+from nnix.testing.ray import RayLab
 from nnix.testing.servicecontract import FakeServiceContract, ServiceContract
 from nnix.testing.slurm import SlurmLab
 from nnix.testing.sshhosts import SshLab
 
 LOCAL_FAST: dict[str, Any] = {"poll_interval": 0.02, "kill_grace": 1.0}
+# cluster services (an engine starts environments running the agent): short engine polls, agents that poll often,
+# and the agent endpoint on loopback (what nniManagerIp: 127.0.0.1 does)
+CLUSTER_FAST: dict[str, Any] = {"engine_poll_interval": 0.2, "end_grace": 0.5, "poll_interval": 0.05,
+                                "kill_grace": 1.0, "advertise_host": "127.0.0.1"}
 
 
 class TestFakeService(FakeServiceContract):
@@ -73,3 +82,59 @@ class TestSlurmService(ServiceContract):
         ids = slurm_lab.run("squeue", "-h", "-t", "PD,R,CG,CF,S", "-o", "%i", check=False).stdout.split()
         if ids:  # a failed test leaves no job behind to hold the node
             slurm_lab.run("scancel", *ids, check=False)
+
+
+@pytest.mark.lab
+class TestRayService(ServiceContract):
+    """A real Ray head on 127.0.0.1 (tests/services/conftest.py); environments are Ray actors running the agent."""
+
+    service_options: ClassVar[dict[str, Any]] = CLUSTER_FAST
+    lab: RayLab
+
+    @pytest.fixture(autouse=True)
+    def _on_lab(self, ray_lab: RayLab) -> Iterator[None]:
+        self.lab = ray_lab
+        yield
+
+    def service_section(self, busy: bool) -> Any:
+        return {"platform": "ray", "address": self.lab.address}
+
+
+@pytest.mark.lab
+class TestKubernetesService(ServiceContract):
+    """A real Kubernetes control plane with nnix's process kubelet (tests/services/conftest.py); environments are
+    Kubernetes Jobs whose pods run the agent; storage is a hostPath seen at the same path here and in the pods."""
+
+    service_options: ClassVar[dict[str, Any]] = CLUSTER_FAST
+
+    @pytest.fixture(autouse=True)
+    def _on_lab(self, kube_lab: KubeLab) -> Iterator[None]:
+        yield
+
+    def service_section(self, busy: bool) -> Any:
+        store = self.root / "storage"
+        store.mkdir(exist_ok=True)
+        return {"platform": "kubernetes", "cpu": "100m", "memory": "256Mi",
+                "storage": {"storageType": "hostPath", "path": str(store), "containerMountPoint": str(store)}}
+
+
+class TestOpenpaiService(ServiceContract):
+    """The fake OpenPAI REST server of nnix.testing.openpai (one per test): each environment is an OpenPAI job whose
+    command runs as a local process, the storage mounted at the same path here and in the job."""
+
+    service_options: ClassVar[dict[str, Any]] = {**CLUSTER_FAST, "trialGpuNumber": 0}  # OpenPAI needs it said
+    pai: FakePai
+
+    @pytest.fixture(autouse=True)
+    def _on_pai(self, pai: FakePai) -> Iterator[None]:
+        self.pai = pai
+        yield
+        assert not pai.problems, f"requests outside OpenPAI's protocol: {pai.problems}"
+
+    def service_section(self, busy: bool) -> Any:
+        mount = self.root / "mount"
+        mount.mkdir(exist_ok=True)
+        return {"platform": "openpai", "host": self.pai.url, "username": self.pai.user, "token": TOKEN,
+                "trialCpuNumber": 1, "trialMemorySize": "1gb", "storageConfigName": "confs",
+                "dockerImage": "python:3.11", "localStorageMountPoint": str(mount),
+                "containerStorageMountPoint": str(mount)}

@@ -34,7 +34,7 @@ from nnix.services.kubernetes import (
 )
 from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
-from nnix.testing.kube import FakeOperators, KubeLab, kube_available
+from nnix.testing.kube import FakeOperators, KubeLab
 from nnix.testing.spaces import UNIT as SPACE
 
 FAST: dict[str, Any] = {"engine_poll_interval": 0.3, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
@@ -191,26 +191,6 @@ frameworkcontrollerConfig:
 
 
 # --- the lab -------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeLab]:
-    reason = kube_available()
-    if reason:
-        pytest.skip(f"!!! REAL KUBERNETES UNAVAILABLE: {reason} — the Kubernetes-service tests did NOT run !!!")
-    lab = KubeLab(tmp_path_factory.mktemp("kube"))
-    try:
-        lab.start()
-    except (OSError, RuntimeError) as e:
-        lab.stop()
-        pytest.skip(f"!!! A REAL KUBERNETES CONTROL PLANE COULD NOT BE STARTED HERE: {e} "
-                    "— the Kubernetes-service tests did NOT run !!!")
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("KUBECONFIG", str(lab.kubeconfig))
-            yield lab
-    finally:
-        lab.stop()
 
 
 @pytest.fixture(scope="module")

@@ -6,124 +6,18 @@ runs through the OpenPAI launcher. Not a live OpenPAI cluster."""
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from nnix.config import OpenpaiConfig, parse_config
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import ConfigError
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.openpai import TOKEN, FakePai
 from nnix.testing.spaces import UNIT as SPACE
-
-TOKEN = "s3cret-token"
-
-
-class FakePai:
-    def __init__(self, user: str = "alice") -> None:
-        self.user = user
-        self.jobs: dict[str, dict[str, Any]] = {}
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.stopped: set[str] = set()
-        self.problems: list[str] = []
-        self.requests: list[tuple[str, str]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None: ...
-
-            def _reply(self, code: int, body: Any = None) -> None:
-                raw = json.dumps(body).encode() if body is not None else b""
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def _auth(self) -> bool:
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                    self._reply(401, {"code": "UnauthorizedUserError"})
-                    return False
-                return True
-
-            def do_GET(self) -> None:
-                fake.requests.append(("GET", self.path))
-                if not self._auth():
-                    return
-                if self.path == f"/rest-server/api/v2/jobs?username={fake.user}":
-                    self._reply(200, [])
-                    return
-                prefix = f"/rest-server/api/v2/jobs/{fake.user}~"
-                if not self.path.startswith(prefix):
-                    fake.problems.append(f"GET {self.path}")
-                    self._reply(404, {})
-                    return
-                name = self.path[len(prefix):]
-                proc = fake.procs.get(name)
-                if proc is None:
-                    self._reply(404, {"code": "NoJobError"})
-                    return
-                code = proc.poll()
-                state = ("STOPPED" if name in fake.stopped else "RUNNING" if code is None
-                         else "SUCCEEDED" if code == 0 else "FAILED")
-                self._reply(200, {"name": name, "jobStatus": {"state": state}})
-
-            def do_POST(self) -> None:
-                fake.requests.append(("POST", self.path))
-                if not self._auth():
-                    return
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if self.path != "/rest-server/api/v2/jobs" or self.headers.get("Content-Type") != "text/yaml":
-                    fake.problems.append(f"POST {self.path} {self.headers.get('Content-Type')}")
-                    self._reply(400, {})
-                    return
-                job = yaml.safe_load(body)
-                fake.jobs[job["name"]] = job
-                role = next(iter(job["taskRoles"].values()))
-                command = " && ".join(role["commands"])
-                fake.procs[job["name"]] = subprocess.Popen(["bash", "-c", command], start_new_session=True)
-                self._reply(202)
-
-            def do_PUT(self) -> None:
-                fake.requests.append(("PUT", self.path))
-                if not self._auth():
-                    return
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                prefix, suffix = f"/rest-server/api/v2/jobs/{fake.user}~", "/executionType"
-                name = self.path[len(prefix):-len(suffix)]
-                if not (self.path.startswith(prefix) and self.path.endswith(suffix)) or body != {"value": "STOP"}:
-                    fake.problems.append(f"PUT {self.path} {body}")
-                    self._reply(400, {})
-                    return
-                proc = fake.procs.get(name)
-                if proc is not None and proc.poll() is None:
-                    fake.stopped.add(name)
-                    proc.kill()
-                self._reply(202)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
-@pytest.fixture
-def pai() -> Any:
-    fake = FakePai()
-    yield fake
-    fake.close()
 
 
 def _service(pai: FakePai, mount: Path, **extra: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.ray import RayLauncher, describe_exit, describe_ray_error
 from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, run_experiment
-from nnix.testing.ray import PrivateHeads, RayLab, RayNetnsLab, netns_unavailable, unavailable
+from nnix.testing.ray import PrivateHeads, RayLab, RayNetnsLab, netns_unavailable
 from nnix.testing.spaces import UNIT as SPACE
 
 FAST: dict[str, Any] = {"engine_poll_interval": 0.2, "end_grace": 0.5, "poll_interval": 0.05, "kill_grace": 1.0}
@@ -47,31 +47,6 @@ exec sleep 1000
 
 
 # --- fixtures ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ray_env() -> Iterator[dict[str, str]]:
-    """One token for every Ray of this module (Ray caches the token of a process)."""
-    reason = unavailable()
-    if reason:
-        pytest.skip(f"!!! REAL RAY UNAVAILABLE: {reason} — the Ray-service tests did NOT run !!!")
-    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in env.items():
-            mp.setenv(k, v)
-        yield env
-
-
-@pytest.fixture(scope="module")
-def ray_lab(ray_env: dict[str, str]) -> Iterator[RayLab]:
-    try:
-        lab = RayLab(num_cpus=2, token=ray_env["RAY_AUTH_TOKEN"]).up()
-    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        pytest.skip(f"!!! A REAL RAY HEAD COULD NOT BE STARTED HERE: {e} — the Ray-service tests did NOT run !!!")
-    try:
-        yield lab
-    finally:
-        lab.down()
-
-
 @pytest.fixture
 def fake_agent(tmp_path: Path) -> Path:
     script = tmp_path / "fake" / "agent.sh"

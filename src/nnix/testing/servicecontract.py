@@ -117,11 +117,11 @@ class ServiceContract:
         data = {"trialCodeDirectory": str(self.code_dir), "trialCommand": "true", "trialConcurrency": 1,
                 "searchSpace": {"x": {"_type": "choice", "_value": [1]}}, "tuner": {"name": "Random"},
                 "trainingService": section}
-        if busy and "trialGpuNumber" in self.busy_options:
-            data["trialGpuNumber"] = self.busy_options["trialGpuNumber"]
+        chosen = self.busy_options if busy else self.service_options
+        if "trialGpuNumber" in chosen:  # a config field, not an option of the service
+            data["trialGpuNumber"] = chosen["trialGpuNumber"]
         config = parse_config(data, self.code_dir).config
-        options = {k: v for k, v in (self.busy_options if busy else self.service_options).items()
-                   if k != "trialGpuNumber"}
+        options = {k: v for k, v in chosen.items() if k != "trialGpuNumber"}
         return service_factory(config, ServiceContext(self.experiment_id, self.exp_dir), **options)(emit)
 
     def service_section(self, busy: bool) -> Any:
