@@ -23,6 +23,7 @@ import pytest
 from nnix.core.status import TrialStatus
 from nnix.errors import NnixError
 from nnix.space import SearchSpace
+from nnix.testing.spaces import SMAC_TYPES
 from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
 
 GOLDEN = Path(__file__).with_name("golden_proposals.json")
@@ -70,14 +71,7 @@ SPACES: dict[str, dict[str, Any]] = {
         "u": {"_type": "uniform", "_value": [-5, 10]},
         "qu": {"_type": "quniform", "_value": [0, 15, 0.5]},
     },
-    "smac": {  # SMAC types
-        "c": {"_type": "choice", "_value": ["relu", 3, {"a": 1}]},
-        "r": {"_type": "randint", "_value": [1, 10]},
-        "u": {"_type": "uniform", "_value": [-1, 1]},
-        "q": {"_type": "quniform", "_value": [2, 10, 5]},
-        "l": {"_type": "loguniform", "_value": [1e-4, 1]},
-        "one": {"_type": "randint", "_value": [7, 8]},
-    },
+    "smac": SMAC_TYPES,
     "discrete": {  # small: deduplication and exhaustion
         "c": {"_type": "choice", "_value": [1, 2, 3]},
         "r": {"_type": "randint", "_value": [0, 2]},

@@ -14,6 +14,7 @@ from nnix.core.status import TrialStatus
 from nnix.errors import SearchSpaceError, TunerError
 from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace, contains, key
+from nnix.testing.spaces import SMAC_TYPES
 from nnix.testing.tuners import TunerContract
 from nnix.tuners.base import Direction, TrialRecord, TunerContext
 from nnix.tuners.smac import SMACArgs, SMACTuner, _dims, _from_smac, _to_smac
@@ -24,14 +25,7 @@ needs_smac = pytest.mark.skipif(
     reason="SKIPPED: SMAC3 is not installed; the SMAC tuner is untested here. Run `pip install 'nnix[smac]'`.",
 )
 
-SMAC_SPACE: dict[str, Any] = {
-    "c": {"_type": "choice", "_value": ["relu", 3, {"a": 1}]},
-    "r": {"_type": "randint", "_value": [1, 10]},
-    "u": {"_type": "uniform", "_value": [-1, 1]},
-    "q": {"_type": "quniform", "_value": [2, 10, 5]},
-    "l": {"_type": "loguniform", "_value": [1e-4, 1]},
-    "one": {"_type": "randint", "_value": [7, 8]},
-}
+SMAC_SPACE = SMAC_TYPES
 DISCRETE: dict[str, Any] = {
     "c": {"_type": "choice", "_value": ["a", "b", "c"]},
     "r": {"_type": "randint", "_value": [0, 3]},

@@ -84,3 +84,13 @@ def branin(p: dict[str, Any]) -> float:
 __all__ = [
     "CONTINUOUS", "DISCRETE", "EVERY_TYPE", "NESTED", "NUMERIC", "QUADRATIC", "SMALL", "SQUARE", "UNIT", "branin",
 ]
+
+# What SMAC's ConfigSpace encoding must handle: mixed-type choices, a one-value randint, log and quantised ranges.
+SMAC_TYPES: dict[str, Any] = {
+    "c": {"_type": "choice", "_value": ["relu", 3, {"a": 1}]},
+    "r": {"_type": "randint", "_value": [1, 10]},
+    "u": {"_type": "uniform", "_value": [-1, 1]},
+    "q": {"_type": "quniform", "_value": [2, 10, 5]},
+    "l": {"_type": "loguniform", "_value": [1e-4, 1]},
+    "one": {"_type": "randint", "_value": [7, 8]},
+}
