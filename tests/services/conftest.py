@@ -1,8 +1,8 @@
 """The engine labs of the service tests, shared by each service's own tests and its contract row
 (test_contract.py): real SSH hosts (:mod:`nnix.testing.sshhosts`, every lab process killed after each test) and a
 private single-node Slurm (:mod:`nnix.testing.slurm`), one per test session; a real Ray head
-(:mod:`nnix.testing.ray`) and a real Kubernetes control plane (:mod:`nnix.testing.kube`), one per test module;
-the fake OpenPAI REST server (:mod:`nnix.testing.openpai`), one per test."""
+(:mod:`nnix.testing.ray`) and a real Kubernetes control plane (:mod:`nnix.testing.kube`, with its stand-in
+operators), one per test module; the fake OpenPAI REST server (:mod:`nnix.testing.openpai`), one per test."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import pytest
 
-from nnix.testing.kube import KubeLab, kube_available
+from nnix.testing.kube import FakeOperators, KubeLab, kube_available
 from nnix.testing.openpai import FakePai
 from nnix.testing.ray import RayLab
 from nnix.testing.ray import unavailable as ray_unavailable
@@ -116,6 +116,14 @@ def kube_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeLab]:
             yield lab
     finally:
         lab.stop()
+
+
+@pytest.fixture(scope="module")
+def kube_operators(kube_lab: KubeLab) -> Iterator[FakeOperators]:
+    """nnix.testing.kube's stand-ins for tf-operator, pytorch-operator and FrameworkController on the module's
+    lab: pods from the objects' templates, status patched as the operators do."""
+    with FakeOperators(kube_lab) as ops:
+        yield ops
 
 
 @pytest.fixture

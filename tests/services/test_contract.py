@@ -1,8 +1,9 @@
 """The training-service contract (nnix.testing.servicecontract) on every service: the scripted FakeService, the
 local service, hybrid lists, and the agent services through their labs (real SSH hosts, a real Slurm, a real Ray
-head, a real Kubernetes control plane: tests/services/conftest.py): the lab rows carry the `lab` marker and skip
-loudly where the lab cannot start. OpenPAI runs against the fake OpenPAI REST server of nnix.testing.openpai
-(jobs run as local processes), which needs no lab."""
+head, a real Kubernetes control plane: tests/services/conftest.py); Kubeflow's TFJob and PyTorchJob and
+FrameworkController's Framework run on the same control plane with nnix.testing.kube's stand-in operators. The lab
+rows carry the `lab` marker and skip loudly where the lab cannot start. OpenPAI runs against the fake OpenPAI REST
+server of nnix.testing.openpai (jobs run as local processes), which needs no lab."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Any, ClassVar
 
 import pytest
 
+from nnix.testing import wait_until
 from nnix.testing.gpu import DescribedInventory
-from nnix.testing.kube import KubeLab
+from nnix.testing.kube import FakeOperators, KubeLab
 from nnix.testing.openpai import TOKEN, FakePai
 from nnix.testing.ray import RayLab
 from nnix.testing.servicecontract import FakeServiceContract, ServiceContract
@@ -100,22 +102,79 @@ class TestRayService(ServiceContract):
         return {"platform": "ray", "address": self.lab.address}
 
 
-@pytest.mark.lab
-class TestKubernetesService(ServiceContract):
-    """A real Kubernetes control plane with nnix's process kubelet (tests/services/conftest.py); environments are
-    Kubernetes Jobs whose pods run the agent; storage is a hostPath seen at the same path here and in the pods."""
+class _KubeRow(ServiceContract):
+    """A row on the real Kubernetes control plane (tests/services/conftest.py) with nnix's process kubelet: each
+    environment is one object whose (primary) pod runs the agent; storage is a hostPath seen at the same path here
+    and in the pods. ``platform``: the trainingService section without its storage."""
 
     service_options: ClassVar[dict[str, Any]] = CLUSTER_FAST
+    platform: ClassVar[dict[str, Any]] = {}
 
     @pytest.fixture(autouse=True)
     def _on_lab(self, kube_lab: KubeLab) -> Iterator[None]:
         yield
+        # every test ends with close(kill_trials=True): nothing of the experiment stays (objects, their pods, their
+        # token Secrets), whichever kind of object and however many roles it had
+        wait_until(lambda: not kube_lab.experiment_objects(self.experiment_id), 120,
+                   "the experiment's objects gone", interval=0.2,
+                   show=lambda: kube_lab.experiment_objects(self.experiment_id))
 
     def service_section(self, busy: bool) -> Any:
         store = self.root / "storage"
         store.mkdir(exist_ok=True)
-        return {"platform": "kubernetes", "cpu": "100m", "memory": "256Mi",
-                "storage": {"storageType": "hostPath", "path": str(store), "containerMountPoint": str(store)}}
+        return {**self.platform, "storage": {"storageType": "hostPath", "path": str(store),
+                                             "containerMountPoint": str(store)}}
+
+
+@pytest.mark.lab
+class TestKubernetesService(_KubeRow):
+    """Kubernetes Jobs (``platform: kubernetes``), one pod each."""
+
+    platform: ClassVar[dict[str, Any]] = {"platform": "kubernetes", "cpu": "100m", "memory": "256Mi"}
+
+
+# a small pod for every role of the operator rows (the process kubelet runs it as a local process)
+SMALL_ROLE: dict[str, Any] = {"cpuNumber": 0.1, "memorySize": "256Mi"}
+
+
+class _OperatorRow(_KubeRow):
+    """Objects of an operator's CRD, with nnix.testing.kube.FakeOperators playing the operator (pods from the
+    object's templates, status patched as the operator does); a second role's pods run a command that waits."""
+
+    @pytest.fixture(autouse=True)
+    def _operators(self, kube_operators: FakeOperators) -> Iterator[None]:
+        yield
+
+
+@pytest.mark.lab
+class TestKubeflowTFJobService(_OperatorRow):
+    """Kubeflow TFJobs (``platform: kubeflow``, tf-operator): worker 0 runs the agent, the PS its command."""
+
+    platform: ClassVar[dict[str, Any]] = {
+        "platform": "kubeflow", "operator": "tf-operator", "apiVersion": "v1",
+        "worker": {"replicas": 1, **SMALL_ROLE}, "ps": {"command": "sleep 600", **SMALL_ROLE}}
+
+
+@pytest.mark.lab
+class TestKubeflowPyTorchJobService(_OperatorRow):
+    """Kubeflow PyTorchJobs (``platform: kubeflow``, pytorch-operator): the master runs the agent, the worker its
+    command."""
+
+    platform: ClassVar[dict[str, Any]] = {
+        "platform": "kubeflow", "operator": "pytorch-operator", "apiVersion": "v1",
+        "master": SMALL_ROLE, "worker": {"command": "sleep 600", **SMALL_ROLE}}
+
+
+@pytest.mark.lab
+class TestFrameworkControllerService(_OperatorRow):
+    """FrameworkController Frameworks (``platform: frameworkcontroller``): task 0 of the first role runs the agent,
+    the second role's task its command."""
+
+    platform: ClassVar[dict[str, Any]] = {
+        "platform": "frameworkcontroller", "taskRoles": [
+            {"name": "worker", **SMALL_ROLE,
+             "frameworkAttemptCompletionPolicy": {"minFailedTaskCount": 1, "minSucceedTaskCount": 1}},
+            {"name": "ps", "command": "sleep 600", **SMALL_ROLE}]}
 
 
 class TestOpenpaiService(ServiceContract):

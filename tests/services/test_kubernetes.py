@@ -11,7 +11,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,33 +192,9 @@ frameworkcontrollerConfig:
 # --- the lab -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def operators(kube_lab: KubeLab) -> Iterator[FakeOperators]:
-    with FakeOperators(kube_lab) as ops:
-        yield ops
-
-
 def _name(obj: Any) -> str:
     """The name of a Kubernetes object as the client returns it (its models make every field optional)."""
     return str(obj.metadata.name)
-
-
-def _objects(lab: KubeLab, exp_id: str) -> dict[str, list[str]]:
-    """Names of what the experiment left in the namespace, by kind."""
-    from kubernetes import client
-
-    sel = f"nnix.io/experiment={exp_id}"
-    api = lab.api()
-    out = {"jobs": [_name(j) for j in client.BatchV1Api(api).list_namespaced_job("default",
-                                                                                        label_selector=sel).items],
-           "secrets": [s.metadata.name for s in lab.core().list_namespaced_secret("default",
-                                                                                 label_selector=sel).items],
-           "pods": [p.metadata.name for p in lab.core().list_namespaced_pod("default", label_selector=sel).items]}
-    for plural, group in (("tfjobs", "kubeflow.org"), ("pytorchjobs", "kubeflow.org"),
-                          ("frameworks", "frameworkcontroller.microsoft.com")):
-        out[plural] = [o["metadata"]["name"] for o in lab.custom().list_namespaced_custom_object(
-            group, "v1", "default", plural, label_selector=sel)["items"]]
-    return {k: v for k, v in out.items() if v}
 
 
 def _experiment(tmp_path: Path, ts: dict[str, Any], *, trials: int = 4, concurrency: int = 2,
@@ -257,7 +232,7 @@ def test_experiment_on_kubernetes_jobs(tmp_path: Path, kube_lab: KubeLab, reuse:
     envs = {t.environment_id for t in st.trials.values()}
     assert len(envs) == (4 if not reuse else len(envs)) and (len(envs) <= 2 if reuse else True)
     # every Job, pod and Secret of the experiment is deleted at the end
-    wait_until(lambda: not _objects(kube_lab, exp_id), 30)
+    wait_until(lambda: not kube_lab.experiment_objects(exp_id), 30)
 
 
 def _launcher(cls: type[KubeLauncher], tmp_path: Path, ts: dict[str, Any], gpus: int = 0) -> KubeLauncher:
@@ -316,7 +291,7 @@ def test_job_object_token_resources_and_cleanup(tmp_path: Path, kube_lab: KubeLa
             await asyncio.sleep(0.1)
         assert st.state == "pending" and "node" in st.reason.lower(), st
         await launcher.stop(name)
-        wait_until(lambda: not _objects(kube_lab, launcher.exp), 30)
+        wait_until(lambda: not kube_lab.experiment_objects(launcher.exp), 30)
 
     asyncio.run(go())
 
@@ -422,7 +397,7 @@ def test_status_transitions_as_the_operators_patch_them(tmp_path: Path, kube_lab
                                                          cond("Failed", "TFJobFailed")]})
         st = await poll(tf, name, "ended")
         assert st.state == "ended" and "TFJobFailed" in st.reason
-        wait_until(lambda: not _objects(kube_lab, tf.exp), 30)  # ended: deleted, with its Secret
+        wait_until(lambda: not kube_lab.experiment_objects(tf.exp), 30)  # ended: deleted, with its Secret
         assert (await tf.poll([name]))[name] == st  # and its last state is still what nnix says
 
         await fc.prepare()
@@ -440,7 +415,7 @@ def test_status_transitions_as_the_operators_patch_them(tmp_path: Path, kube_lab
 
 
 @pytest.mark.parametrize("kind", ["tf-operator", "pytorch-operator", "frameworkcontroller"])
-def test_experiment_through_the_operators(tmp_path: Path, kube_lab: KubeLab, operators: FakeOperators,
+def test_experiment_through_the_operators(tmp_path: Path, kube_lab: KubeLab, kube_operators: FakeOperators,
                                           kind: str) -> None:
     if kind == "frameworkcontroller":
         ts: dict[str, Any] = {"platform": "frameworkcontroller", "taskRoles": [
@@ -460,8 +435,8 @@ def test_experiment_through_the_operators(tmp_path: Path, kube_lab: KubeLab, ope
         primary = "worker-0" if kind != "pytorch-operator" else "master-0"
         assert primary in (Path(str(t.output_dir)) / "trial.stdout").read_text()
     # objects, pods, Secrets gone
-    wait_until(lambda: not _objects(kube_lab, exp_id), 30, "the experiment's objects gone",
-               show=lambda: _objects(kube_lab, exp_id))
+    wait_until(lambda: not kube_lab.experiment_objects(exp_id), 30, "the experiment's objects gone",
+               show=lambda: kube_lab.experiment_objects(exp_id))
 
 
 def test_a_job_deleted_outside_nnix_fails_its_trial_with_the_reason(tmp_path: Path, kube_lab: KubeLab) -> None:
@@ -509,4 +484,4 @@ def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, k
         assert t.status is TrialStatus.SUCCEEDED, t.message
         assert [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL] == list(range(40))  # once each
     assert {t.environment_id for t in st.trials.values()} == {e for e in saved["envs"]}  # taken over, no new Job
-    wait_until(lambda: not _objects(kube_lab, exp_id), 30, show=lambda: _objects(kube_lab, exp_id))
+    wait_until(lambda: not kube_lab.experiment_objects(exp_id), 30, show=lambda: kube_lab.experiment_objects(exp_id))

@@ -275,6 +275,25 @@ class KubeLab:
 
         return client.CustomObjectsApi(self.api())
 
+    def experiment_objects(self, experiment: str, namespace: str = "default") -> dict[str, list[str]]:
+        """Names of what nnix's experiment ``experiment`` has in ``namespace`` (label ``nnix.io/experiment``), by
+        kind (jobs, secrets, pods, tfjobs, pytorchjobs, frameworks); kinds with none are left out."""
+        from kubernetes import client
+
+        sel = f"nnix.io/experiment={experiment}"
+        with self.api() as api:
+            core = client.CoreV1Api(api)
+            lists: dict[str, Any] = {
+                "jobs": client.BatchV1Api(api).list_namespaced_job(namespace, label_selector=sel),
+                "secrets": core.list_namespaced_secret(namespace, label_selector=sel),
+                "pods": core.list_namespaced_pod(namespace, label_selector=sel)}
+            out = {kind: [str(o.metadata.name) for o in found.items] for kind, found in lists.items()}
+            custom = client.CustomObjectsApi(api)
+            for plural, (group, _) in _KINDS.items():
+                listed: Any = custom.list_namespaced_custom_object(group, "v1", namespace, plural, label_selector=sel)
+                out[plural] = [o["metadata"]["name"] for o in listed["items"]]
+        return {k: v for k, v in out.items() if v}
+
     def create_namespace(self, name: str) -> None:
         from kubernetes import client
 
