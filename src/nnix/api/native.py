@@ -88,8 +88,8 @@ def log_files(exp_dir: Path, t: TrialState) -> dict[str, int | None]:
 
 
 def routes(ctx: ApiContext) -> list[Route]:
-    route = RouteTable(PREFIX)
     m = ctx.manager
+    route = RouteTable(PREFIX)
 
     @route.get("/openapi.json")
     async def openapi(_: Request) -> Response:
