@@ -32,7 +32,7 @@ def test_options_come_from_the_config_and_the_caller_overrides_them(tmp_path: Pa
         "platform": "local", "maxTrialNumberPerGpu": 3}}, tmp_path).config
     local = LocalService.from_config(cfg, lambda _: None, kill_grace=0.5)
     assert isinstance(local, LocalService) and local._gpus.max_trial_number_per_gpu == 3
-    assert local._runner._grace == 0.5
+    assert local._runner.kill_grace == 0.5
     ctx = ServiceContext("exp1", tmp_path / "exp")
     slurm = SlurmService.from_config(parse_config({**BASE, "trainingService": {"platform": "slurm",
                                                                               "idleTimeout": 7}}, tmp_path).config,

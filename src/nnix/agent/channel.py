@@ -167,7 +167,7 @@ class MetricReader:
     def __init__(self, path: Path, offset: int = 0, line_index: int = 0) -> None:
         if offset < 0 or line_index < 0:
             raise ValueError(f"offset and line_index must be >= 0, got {offset} and {line_index}")
-        self._path = Path(path)
+        self.path = Path(path)  # the channel file (given; never changes)
         self._offset = offset
         self._line_index = line_index
         self._skipping = False  # inside a too-long line: drop bytes up to its newline
@@ -175,10 +175,6 @@ class MetricReader:
         self._rejected: list[tuple[int, str]] = []
         self._rejected_count = 0
         self._rejected_last = -1
-
-    @property
-    def path(self) -> Path:
-        return self._path
 
     @property
     def offset(self) -> int:
@@ -201,7 +197,7 @@ class MetricReader:
 
     def _reject(self, index: int, reason: str) -> None:
         if self._rejected_count < REJECT_SAMPLE:
-            _log.warning("%s line %d skipped: %s", self._path, index, reason)
+            _log.warning("%s line %d skipped: %s", self.path, index, reason)
         if len(self._rejected) < REJECT_SAMPLE:
             self._rejected.append((index, reason))
         self._rejected_count += 1
@@ -212,12 +208,12 @@ class MetricReader:
         ``limit`` bytes read, or up to :data:`MAX_LINE_BYTES` + 1 when one line is longer than ``limit``).
         Never raises for what the file contains."""
         try:
-            with open(self._path, "rb") as f:
+            with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size < self._offset:
                     _log.warning(
                         "%s is shorter (%d bytes) than the offset already read (%d); ignoring it",
-                        self._path,
+                        self.path,
                         size,
                         self._offset,
                     )
@@ -232,7 +228,7 @@ class MetricReader:
             self._at_eof = True
             return []
         except OSError as e:  # a directory, a fifo, no permission: the trial broke its own channel
-            _log.warning("cannot read %s: %s", self._path, e)
+            _log.warning("cannot read %s: %s", self.path, e)
             self._at_eof = True
             return []
         self._at_eof = self._offset + len(data) >= size

@@ -22,7 +22,7 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -216,26 +216,19 @@ class _Running:
     sent: dict[str, int] = field(default_factory=dict)  # output streaming: bytes sent per stream
 
 
+@dataclass(eq=False, repr=False)
 class TrialRunner:
-    def __init__(
-        self,
-        emit: Callable[[RunnerEvent], None],
-        *,
-        poll_interval: float = 0.1,
-        kill_grace: float = 5.0,
-        shell: str = "/bin/bash",
-        stream_output: bool = False,
-    ) -> None:
-        self._emit = emit
-        self._stream = stream_output
-        self._poll = poll_interval
-        self._grace = kill_grace
-        self._shell = shell
-        self._running: dict[str, _Running] = {}
-        self._ticker: asyncio.Task[None] | None = None
-        # trials that ended here: their metric channel and how many lines were sent, so that lines an
-        # earlier (killed) manager acknowledged but never recorded can still be sent again (resend)
-        self._ended: dict[str, tuple[Path, int]] = {}
+    emit: Callable[[RunnerEvent], None]
+    _: KW_ONLY
+    poll_interval: float = 0.1
+    kill_grace: float = 5.0
+    shell: str = "/bin/bash"
+    stream_output: bool = False
+    _running: dict[str, _Running] = field(default_factory=dict, init=False)
+    _ticker: asyncio.Task[None] | None = field(default=None, init=False)
+    # trials that ended here: their metric channel and how many lines were sent, so that lines an
+    # earlier (killed) manager acknowledged but never recorded can still be sent again (resend)
+    _ended: dict[str, tuple[Path, int]] = field(default_factory=dict, init=False)
 
     @property
     def running(self) -> list[str]:
@@ -263,7 +256,7 @@ class TrialRunner:
                 open(spec.output_dir / "trial.stderr", "ab") as err,
             ):
                 proc = await asyncio.create_subprocess_exec(
-                    self._shell,
+                    self.shell,
                     "-c",
                     WRAPPER,
                     cwd=str(spec.code_dir),
@@ -314,7 +307,7 @@ class TrialRunner:
             if reader.at_eof:
                 break
         if items:
-            self._emit(Metrics(trial_id, items))
+            self.emit(Metrics(trial_id, items))
 
     async def kill(self, trial_id: str) -> None:
         """SIGTERM the trial's process group and every other process of the trial (its containment),
@@ -334,7 +327,7 @@ class TrialRunner:
                 outside = {p for p in box.members() if _pgid(p) not in (pgid, None)}
                 box.signal(outside, signal.SIGTERM)
             loop = asyncio.get_running_loop()
-            deadline = loop.time() + self._grace
+            deadline = loop.time() + self.kill_grace
             while loop.time() < deadline:
                 if box is not None:
                     members = box.members()
@@ -380,10 +373,10 @@ class TrialRunner:
             if last <= skip_upto:
                 sample, count, last = [], 0, -1
             if items or count:
-                self._emit(Metrics(run.spec_id, items, sample, count, last))
+                self.emit(Metrics(run.spec_id, items, sample, count, last))
             if not final or run.reader.at_eof:
                 break
-        if self._stream:
+        if self.stream_output:
             self._stream_output(run)
 
     async def _cleanup(self, run: _Running) -> int:
@@ -433,7 +426,7 @@ class TrialRunner:
                 if not data:
                     break
                 run.sent[stream] = start + len(data)
-                self._emit(Output(run.spec_id, stream, start, base64.b64encode(data).decode("ascii")))
+                self.emit(Output(run.spec_id, stream, start, base64.b64encode(data).decode("ascii")))
                 if running:
                     break
 
@@ -450,7 +443,7 @@ class TrialRunner:
             for run in list(self._running.values()):
                 if run.proc is None or run.proc.returncode is not None:
                     continue  # re-attached (its own watcher polls) or ended (its watcher drains it to the end)
-                if run.reader.at_eof and not self._stream:
+                if run.reader.at_eof and not self.stream_output:
                     try:
                         if os.stat(run.reader.path).st_size == run.reader.offset:
                             continue  # nothing new: one stat, no open
@@ -458,7 +451,7 @@ class TrialRunner:
                         continue
                 self._drain(run, limit=READ_SLICE)
                 behind = behind or not run.reader.at_eof
-            await asyncio.sleep(0 if behind else self._poll)
+            await asyncio.sleep(0 if behind else self.poll_interval)
 
     async def _watch(self, run: _Running) -> None:
         assert run.proc is not None
@@ -469,9 +462,9 @@ class TrialRunner:
         self._running.pop(run.spec_id, None)
         self._ended[run.spec_id] = (run.reader.path, run.reader.line_index)
         if code < 0:
-            self._emit(Exited(run.spec_id, None, -code, stderr_tail(run.output_dir), leftovers=leftovers))
+            self.emit(Exited(run.spec_id, None, -code, stderr_tail(run.output_dir), leftovers=leftovers))
         else:
-            self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "",
+            self.emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "",
                               leftovers=leftovers))
 
     async def _watch_foreign(self, run: _Running, alive: bool) -> None:
@@ -482,7 +475,7 @@ class TrialRunner:
         self._running.pop(run.spec_id, None)
         self._ended[run.spec_id] = (run.reader.path, run.reader.line_index)
         code = read_exit_code(run.output_dir / CHANNEL_DIRNAME)
-        self._emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "", leftovers=leftovers))
+        self.emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "", leftovers=leftovers))
 
     async def _wait_foreign(self, pid: int, run: _Running) -> None:
         loop = asyncio.get_running_loop()
@@ -500,7 +493,7 @@ class TrialRunner:
             loop.add_reader(fd, _readable)
             try:
                 while True:
-                    done, _ = await asyncio.wait({gone}, timeout=self._poll)
+                    done, _ = await asyncio.wait({gone}, timeout=self.poll_interval)
                     self._drain(run)
                     if done:
                         return
@@ -509,4 +502,4 @@ class TrialRunner:
                 os.close(fd)
         while _group_alive(pid) or os.path.exists(f"/proc/{pid}"):
             self._drain(run)
-            await asyncio.sleep(self._poll)
+            await asyncio.sleep(self.poll_interval)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 if TYPE_CHECKING:
     from nnix.api.sse import EventHub
@@ -20,6 +21,37 @@ MAX_BODY = 8 * 1024 * 1024  # bytes: nothing legitimate sent to the API is bigge
 READ_ONLY = "readonly mode: the experiment is only viewed"
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+class RouteTable:
+    """A module's routes, each declared on its handler (``@table.get("/trials")``): one
+    :class:`~starlette.routing.Route` per method and path, under ``prefix``."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+        self.routes: list[Route] = []
+
+    def route(self, method: str, path: str) -> Callable[[Handler], Handler]:
+        def add(handler: Handler) -> Handler:
+            self.routes.append(Route(self.prefix + path, handler, methods=[method]))
+            return handler
+
+        return add
+
+    def get(self, path: str) -> Callable[[Handler], Handler]:
+        return self.route("GET", path)
+
+    def post(self, path: str) -> Callable[[Handler], Handler]:
+        return self.route("POST", path)
+
+    def put(self, path: str) -> Callable[[Handler], Handler]:
+        return self.route("PUT", path)
+
+    def patch(self, path: str) -> Callable[[Handler], Handler]:
+        return self.route("PATCH", path)
+
+    def delete(self, path: str) -> Callable[[Handler], Handler]:
+        return self.route("DELETE", path)
 
 
 class ApiError(Exception):

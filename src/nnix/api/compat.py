@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from nnix.api.common import JSON, ApiContext, ApiError, dumps, ms, read_json
+from nnix.api.common import JSON, ApiContext, ApiError, RouteTable, dumps, ms, read_json
 from nnix.api.files import open_trial_file_async, serve_file
 from nnix.api.jsonstream import JSONStream
 from nnix.api.views import TrialView
@@ -241,19 +241,24 @@ def experiments_info(self_id: str) -> list[dict[str, Any]]:
 
 
 def routes(ctx: ApiContext) -> list[Route]:
+    route = RouteTable(PREFIX)
     m = ctx.manager
 
+    @route.get("/version")
     async def version(_: Request) -> Response:
         return PlainTextResponse(__version__)  # NNI sends the bare version text
 
+    @route.get("/check-status")
     async def check_status(_: Request) -> Response:
         st = m.state
         return JSON({"status": "VIEWED" if ctx.read_only else st.status.value, "errors": st.errors,
                      "message": st.message, "waitingReason": m.waiting_reason})
 
+    @route.get("/experiment")
     async def get_experiment(_: Request) -> Response:
         return JSON(profile(m))
 
+    @route.put("/experiment")
     async def put_experiment(request: Request) -> Response:
         ctx.require_writable()
         kind = request.query_params.get("update_type", "")
@@ -266,10 +271,12 @@ def routes(ctx: ApiContext) -> list[Route]:
         apply_limit(ctx, field, camel, body["params"][camel])
         return Response(status_code=200)
 
+    @route.delete("/experiment")
     async def delete_experiment(_: Request) -> Response:
         m.request_stop()
         return Response(status_code=200)
 
+    @route.get("/experiment-metadata")
     async def experiment_metadata(_: Request) -> Response:
         info = await asyncio.to_thread(experiments_info, m.experiment_id)
         for e in info:
@@ -277,9 +284,11 @@ def routes(ctx: ApiContext) -> list[Route]:
                 return JSON(e)
         raise ApiError(404, f"experiment {m.experiment_id} is not in the registry")
 
+    @route.get("/experiments-info")
     async def all_experiments(_: Request) -> Response:
         return JSON(await asyncio.to_thread(experiments_info, m.experiment_id))
 
+    @route.get("/trial-jobs")
     async def trial_jobs(request: Request) -> Response:
         status = request.query_params.get("status")
         if status and status not in TrialStatus.__members__:
@@ -295,9 +304,11 @@ def routes(ctx: ApiContext) -> list[Route]:
         # one build per state version, shared by every client polling it
         return JSON(ctx.views.listing("trial-jobs", (id(m.state), m.state.last_seq, status), build))
 
+    @route.get("/trial-jobs/{id}")
     async def trial_job(request: Request) -> Response:
         return JSON(trial_info(trial_or_404(ctx, request.path_params["id"]), exp_dir=m.exp_dir))
 
+    @route.post("/trial-jobs")
     async def add_trial(request: Request) -> Response:
         ctx.require_writable()
         body = await read_json(request)
@@ -306,6 +317,7 @@ def routes(ctx: ApiContext) -> list[Route]:
             body = body["parameters"]
         return JSON({"sequenceId": add_customized(ctx, body)})
 
+    @route.delete("/trial-jobs/{id}")
     async def kill_trial(request: Request) -> Response:
         kill(ctx, request.path_params["id"])
         return Response(status_code=200)
@@ -321,6 +333,8 @@ def routes(ctx: ApiContext) -> list[Route]:
             yield from metric_records(t, metrics, mtype)
             yield None  # a trial without metrics of the type still lets the loop run
 
+    @route.get("/metric-data")
+    @route.get("/metric-data/{id}")
     async def metric_data(request: Request) -> Response:
         tid = request.path_params.get("id")
         mtype = _mtype(request)
@@ -329,6 +343,8 @@ def routes(ctx: ApiContext) -> list[Route]:
         # ended trial's is read from the store then), encoded a slice at a time
         return JSONStream(_records(((t, list(t.metrics)) for t in trials), mtype))
 
+    @route.get("/metric-data-latest")
+    @route.get("/metric-data-latest/")
     async def metric_data_latest(_: Request) -> Response:
         def latest(snapshot: Iterable[tuple[TrialState, list[Metric]]]) -> Iterator[bytes | None]:
             for t, metrics in snapshot:
@@ -346,6 +362,7 @@ def routes(ctx: ApiContext) -> list[Route]:
 
         return JSONStream(latest((t, list(t.metrics)) for t in list(m.state.trials.values())))
 
+    @route.get("/metric-data-range/{min}/{max}")
     async def metric_data_range(request: Request) -> Response:
         try:
             lo, hi = int(request.path_params["min"]), int(request.path_params["max"])
@@ -354,12 +371,14 @@ def routes(ctx: ApiContext) -> list[Route]:
         trials = [t for t in m.state.trials.values() if lo <= t.sequence_id <= hi]
         return JSONStream(_records(((t, list(t.metrics)) for t in trials), None))
 
+    @route.get("/job-statistics")
     async def job_statistics(_: Request) -> Response:
         counts: dict[str, int] = {}
         for t in m.state.trials.values():
             counts[t.status.value] = counts.get(t.status.value, 0) + 1
         return JSON([{"trialJobStatus": k, "trialJobNumber": v} for k, v in counts.items()])
 
+    @route.get("/export-data")
     async def export_data(_: Request) -> Response:
         def row(_: TrialState, v: TrialView) -> bytes | None:
             s = v.summary
@@ -370,6 +389,7 @@ def routes(ctx: ApiContext) -> list[Route]:
         rows = [ctx.views.fragment(t, "export", None, row) for t in m.state.trials.values()]
         return JSON(b"[" + b",".join(r for r in rows if r is not None) + b"]")
 
+    @route.post("/experiment/import-data")
     async def import_data(request: Request) -> Response:
         ctx.require_writable()
         from nnix.model.imported import validate_import
@@ -382,9 +402,11 @@ def routes(ctx: ApiContext) -> list[Route]:
         m.import_data(records)
         return Response(status_code=200)
 
+    @route.get("/experiment/imported-data")
     async def imported_data(_: Request) -> Response:
         return JSON([value_json(r) for r in m.state.imported])
 
+    @route.get("/trial-file/{id}/{name}")
     async def trial_file(request: Request) -> Response:
         tid, name = request.path_params["id"], request.path_params["name"]
         mapped = TRIAL_FILES.get(name)
@@ -405,27 +427,4 @@ def routes(ctx: ApiContext) -> list[Route]:
             return PlainTextResponse(f"{name} is empty.")
         return serve_file(file, request.headers.get("range"), "text/plain; charset=utf-8")
 
-    p = PREFIX
-    return [
-        Route(f"{p}/version", version, methods=["GET"]),
-        Route(f"{p}/check-status", check_status, methods=["GET"]),
-        Route(f"{p}/experiment", get_experiment, methods=["GET"]),
-        Route(f"{p}/experiment", put_experiment, methods=["PUT"]),
-        Route(f"{p}/experiment", delete_experiment, methods=["DELETE"]),
-        Route(f"{p}/experiment-metadata", experiment_metadata, methods=["GET"]),
-        Route(f"{p}/experiments-info", all_experiments, methods=["GET"]),
-        Route(f"{p}/experiment/import-data", import_data, methods=["POST"]),
-        Route(f"{p}/experiment/imported-data", imported_data, methods=["GET"]),
-        Route(f"{p}/job-statistics", job_statistics, methods=["GET"]),
-        Route(f"{p}/trial-jobs", trial_jobs, methods=["GET"]),
-        Route(f"{p}/trial-jobs", add_trial, methods=["POST"]),
-        Route(f"{p}/trial-jobs/{{id}}", trial_job, methods=["GET"]),
-        Route(f"{p}/trial-jobs/{{id}}", kill_trial, methods=["DELETE"]),
-        Route(f"{p}/metric-data", metric_data, methods=["GET"]),
-        Route(f"{p}/metric-data/{{id}}", metric_data, methods=["GET"]),
-        Route(f"{p}/metric-data-latest", metric_data_latest, methods=["GET"]),
-        Route(f"{p}/metric-data-latest/", metric_data_latest, methods=["GET"]),
-        Route(f"{p}/metric-data-range/{{min}}/{{max}}", metric_data_range, methods=["GET"]),
-        Route(f"{p}/export-data", export_data, methods=["GET"]),
-        Route(f"{p}/trial-file/{{id}}/{{name}}", trial_file, methods=["GET"]),
-    ]
+    return route.routes

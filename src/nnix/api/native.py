@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from nnix.api.common import JSON, ApiContext, ApiError, dumps, int_param, ms, read_json
+from nnix.api.common import JSON, ApiContext, ApiError, RouteTable, dumps, int_param, ms, read_json
 from nnix.api.compat import (
     TRIAL_FILES,
     UPDATES,
@@ -89,13 +89,17 @@ def log_files(exp_dir: Path, t: TrialState) -> dict[str, int | None]:
 
 def routes(ctx: ApiContext) -> list[Route]:
     m = ctx.manager
+    route = RouteTable(PREFIX)
 
+    @route.get("/openapi.json")
     async def openapi(_: Request) -> Response:
         return JSON(document())
 
+    @route.get("/experiment")
     async def get_experiment(_: Request) -> Response:
         return JSON(overview(m, ctx.views, ctx.read_only))
 
+    @route.patch("/experiment")
     async def patch_experiment(request: Request) -> Response:
         ctx.require_writable()
         body = await read_json(request)
@@ -112,10 +116,12 @@ def routes(ctx: ApiContext) -> list[Route]:
                 raise ApiError(400, e.message) from e
         return JSON(overview(m, ctx.views, ctx.read_only))
 
+    @route.post("/experiment/stop")
     async def stop_experiment(_: Request) -> Response:
         m.request_stop()
         return JSON({"stopping": True}, status_code=202)
 
+    @route.get("/trials")
     async def list_trials(request: Request) -> Response:
         query = TrialQuery.parse(dict(request.query_params))
 
@@ -131,6 +137,7 @@ def routes(ctx: ApiContext) -> list[Route]:
                query.offset, query.limit)
         return JSON(ctx.views.listing("trials", key, build))  # one build per state version and query
 
+    @route.post("/trials")
     async def add_trial(request: Request) -> Response:
         body = await read_json(request)
         if not isinstance(body, dict) or not isinstance(body.get("parameters"), dict):
@@ -139,6 +146,7 @@ def routes(ctx: ApiContext) -> list[Route]:
         t = next(t for t in reversed(m.state.trials.values()) if t.sequence_id == seq)
         return JSON(ctx.views.summary(t), status_code=201)
 
+    @route.get("/trials/{id}")
     async def get_trial(request: Request) -> Response:
         t = trial_or_404(ctx, request.path_params["id"])
         logs = await asyncio.to_thread(log_files, ctx.manager.exp_dir, t)
@@ -154,6 +162,7 @@ def routes(ctx: ApiContext) -> list[Route]:
         })
         return JSON(detail)
 
+    @route.get("/trials/{id}/metrics")
     async def trial_metrics(request: Request) -> Response:
         t = trial_or_404(ctx, request.path_params["id"])
         mtype = request.query_params.get("type") or None
@@ -162,6 +171,7 @@ def routes(ctx: ApiContext) -> list[Route]:
         metrics = list(t.metrics)  # a snapshot: the list grows while the response is sent
         return JSONStream(dumps(metric_json(x)) for x in metrics if mtype is None or x.type.value == mtype)
 
+    @route.get("/trials/{id}/logs/{name}")
     async def trial_log(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in LOG_NAMES:
@@ -180,11 +190,13 @@ def routes(ctx: ApiContext) -> list[Route]:
         return serve_file(file, request.headers.get("range"), "text/plain; charset=utf-8",
                           {"X-Nnix-Skipped": str(skipped)}, start=skipped)
 
+    @route.post("/trials/{id}/cancel")
     async def cancel_trial(request: Request) -> Response:
         tid = request.path_params["id"]
         canceled = kill(ctx, tid)
         return JSON({"id": tid, "canceled": canceled, "status": m.state.trials[tid].status.value})
 
+    @route.get("/intermediate")
     async def intermediate(request: Request) -> Response:
         max_points = int_param(request, "maxPoints", 200, 2, 100_000)
         key = request.query_params.get("key") or "default"
@@ -205,9 +217,11 @@ def routes(ctx: ApiContext) -> list[Route]:
         body = b",".join(p for p in parts if p is not None)
         return JSON(b'{"key":' + json.dumps(key).encode() + b',"trials":[' + body + b"]}")
 
+    @route.get("/events")
     async def events(request: Request) -> Response:
         return EventStreamResponse(ctx.hub)  # type: ignore[return-value]  # an ASGI response
 
+    @route.get("/experiments")
     async def experiments(_: Request) -> Response:
         info = await asyncio.to_thread(experiments_info, m.experiment_id)
         out = []
@@ -221,19 +235,4 @@ def routes(ctx: ApiContext) -> list[Route]:
             })
         return JSON(out)
 
-    p = PREFIX
-    return [
-        Route(f"{p}/openapi.json", openapi, methods=["GET"]),
-        Route(f"{p}/experiment", get_experiment, methods=["GET"]),
-        Route(f"{p}/experiment", patch_experiment, methods=["PATCH"]),
-        Route(f"{p}/experiment/stop", stop_experiment, methods=["POST"]),
-        Route(f"{p}/trials", list_trials, methods=["GET"]),
-        Route(f"{p}/trials", add_trial, methods=["POST"]),
-        Route(f"{p}/trials/{{id}}", get_trial, methods=["GET"]),
-        Route(f"{p}/trials/{{id}}/metrics", trial_metrics, methods=["GET"]),
-        Route(f"{p}/trials/{{id}}/logs/{{name}}", trial_log, methods=["GET"]),
-        Route(f"{p}/trials/{{id}}/cancel", cancel_trial, methods=["POST"]),
-        Route(f"{p}/intermediate", intermediate, methods=["GET"]),
-        Route(f"{p}/events", events, methods=["GET"]),
-        Route(f"{p}/experiments", experiments, methods=["GET"]),
-    ]
+    return route.routes

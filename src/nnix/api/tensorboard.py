@@ -37,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from nnix.api.common import JSON, ApiContext, ApiError, read_json
+from nnix.api.common import JSON, ApiContext, ApiError, RouteTable, read_json
 from nnix.home import trial_files_dir
 
 log = logging.getLogger("nnix.api.tensorboard")
@@ -234,7 +234,9 @@ def _trial_ids(body: Any) -> tuple[list[str], int | None]:
 def routes(ctx: ApiContext, prefix: str) -> list[Route]:
     boards = Tensorboards(ctx.manager.exp_dir)
     ctx.extra["tensorboards"] = boards
+    route = RouteTable(prefix)
 
+    @route.post("/tensorboard")
     async def start(request: Request) -> Response:
         ids, port = _trial_ids(await read_json(request))
         trials = ctx.manager.state.trials
@@ -244,29 +246,27 @@ def routes(ctx: ApiContext, prefix: str) -> list[Route]:
         task = await boards.start([(i, trials[i].output_dir) for i in ids], port)
         return JSON(task.info())
 
+    @route.get("/tensorboard/{id}")
     async def get(request: Request) -> Response:
         return JSON(boards.get(request.path_params["id"]).info())
 
+    @route.put("/tensorboard/{id}")
     async def put(request: Request) -> Response:
         return JSON((await boards.restart(boards.get(request.path_params["id"]))).info())
 
+    @route.delete("/tensorboard/{id}")
     async def delete(request: Request) -> Response:
         task = boards.get(request.path_params["id"])
         await boards.stop(task)
         return JSON(task.info())
 
+    @route.get("/tensorboard-tasks")
     async def list_tasks(_: Request) -> Response:
         return JSON([t.info() for t in boards.tasks.values()])
 
+    @route.delete("/tensorboard-tasks")
     async def stop_all(_: Request) -> Response:
         await boards.close()
         return JSON([t.info() for t in boards.tasks.values()])
 
-    return [
-        Route(f"{prefix}/tensorboard", start, methods=["POST"]),
-        Route(f"{prefix}/tensorboard/{{id}}", get, methods=["GET"]),
-        Route(f"{prefix}/tensorboard/{{id}}", put, methods=["PUT"]),
-        Route(f"{prefix}/tensorboard/{{id}}", delete, methods=["DELETE"]),
-        Route(f"{prefix}/tensorboard-tasks", list_tasks, methods=["GET"]),
-        Route(f"{prefix}/tensorboard-tasks", stop_all, methods=["DELETE"]),
-    ]
+    return route.routes

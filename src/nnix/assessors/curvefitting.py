@@ -123,86 +123,100 @@ def _janoschek(x: Array, alpha: float, beta: float, kappa: float, delta: float) 
     return alpha - (alpha - beta) * np.exp(-kappa * np.power(x, delta))
 
 
+Guess = Callable[[Array, Array], tuple[float, ...]]
+_FAMILIES: list[Curve] = []
+
+
+def _family(name: str, f: Callable[..., Array]) -> Callable[[Guess], Guess]:
+    """Declares the family ``name``: the curve ``f`` with the decorated initial guess (``CURVES`` keeps the
+    order of the declarations)."""
+
+    def declare(guess: Guess) -> Guess:
+        _FAMILIES.append(Curve(name, f, guess))
+        return guess
+
+    return declare
+
+
 def _ends(x: Array, y: Array) -> tuple[float, float, float]:
     first, last = float(y[0]), float(y[-1])
     return first, last, float(x[-1])
 
 
+@_family("vap", _vap)
 def _g_vap(x: Array, y: Array) -> tuple[float, ...]:
     _, last, _ = _ends(x, y)
     return (math.log(max(abs(last), 1e-6)), -0.5, 0.1)
 
 
+@_family("pow3", _pow3)
 def _g_pow3(x: Array, y: Array) -> tuple[float, ...]:
     first, last, _ = _ends(x, y)
     return (last + 0.5 * abs(last - first), 1.5 * (last - first) if last != first else 0.1, 0.5)
 
 
+@_family("linear", _linear)
 def _g_linear(x: Array, y: Array) -> tuple[float, ...]:
     a, b = np.polyfit(x, y, 1) if len(x) > 1 else (0.0, float(y[0]))
     return (float(a), float(b))
 
 
+@_family("logx_linear", _logx_linear)
 def _g_logx_linear(x: Array, y: Array) -> tuple[float, ...]:
     a, b = np.polyfit(np.log(x), y, 1) if len(x) > 1 else (0.0, float(y[0]))
     return (float(a), float(b))
 
 
+@_family("dr_hill_zero_background", _dr_hill)
 def _g_dr_hill(x: Array, y: Array) -> tuple[float, ...]:
     _, last, n = _ends(x, y)
     return (last * 1.2 if last else 1.0, 1.0, max(n / 2, 1.0))
 
 
+@_family("log_power", _log_power)
 def _g_log_power(x: Array, y: Array) -> tuple[float, ...]:
     _, last, n = _ends(x, y)
     return (last * 1.2 if last else 1.0, math.log(max(n / 2, 1.0)), -1.0)
 
 
+@_family("pow4", _pow4)
 def _g_pow4(x: Array, y: Array) -> tuple[float, ...]:
     first, last, _ = _ends(x, y)
     return (last + abs(last - first) * 0.1 + 1e-3, 1.0, 1.0, 1.0)
 
 
+@_family("mmf", _mmf)
 def _g_mmf(x: Array, y: Array) -> tuple[float, ...]:
     first, last, n = _ends(x, y)
     return (last * 1.1 if last else 1.0, first, 1.0 / n, 1.0)
 
 
+@_family("exp4", _exp4)
 def _g_exp4(x: Array, y: Array) -> tuple[float, ...]:
     first, last, _ = _ends(x, y)
     gap = max(abs(last - first), 1e-3)
     return (last + gap * 0.1, 0.5, math.log(gap) + 0.5, 0.5)
 
 
+@_family("ilog2", _ilog2)
 def _g_ilog2(x: Array, y: Array) -> tuple[float, ...]:
     first, last, _ = _ends(x, y)
     return (last, (last - first) * math.log(2.0) if last != first else 0.1)
 
 
+@_family("weibull", _weibull)
 def _g_weibull(x: Array, y: Array) -> tuple[float, ...]:
     first, last, n = _ends(x, y)
     return (last, first, 1.0 / n, 1.0)
 
 
+@_family("janoschek", _janoschek)
 def _g_janoschek(x: Array, y: Array) -> tuple[float, ...]:
     first, last, _ = _ends(x, y)
     return (last, first, 0.1, 1.0)
 
 
-CURVES: tuple[Curve, ...] = (
-    Curve("vap", _vap, _g_vap),
-    Curve("pow3", _pow3, _g_pow3),
-    Curve("linear", _linear, _g_linear),
-    Curve("logx_linear", _logx_linear, _g_logx_linear),
-    Curve("dr_hill_zero_background", _dr_hill, _g_dr_hill),
-    Curve("log_power", _log_power, _g_log_power),
-    Curve("pow4", _pow4, _g_pow4),
-    Curve("mmf", _mmf, _g_mmf),
-    Curve("exp4", _exp4, _g_exp4),
-    Curve("ilog2", _ilog2, _g_ilog2),
-    Curve("weibull", _weibull, _g_weibull),
-    Curve("janoschek", _janoschek, _g_janoschek),
-)
+CURVES: tuple[Curve, ...] = tuple(_FAMILIES)
 
 
 # --------------------------------------------------------------------------------------------------

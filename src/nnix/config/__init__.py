@@ -16,52 +16,21 @@ Built directly in Python, the models validate the same rules; relative paths the
 current directory (as in NNI's Python API) instead of the config file's directory.
 """
 
+from nnix.config import services
 from nnix.config.experiment import AlgorithmConfig, ExperimentConfig, config_secrets, restore_secrets
 from nnix.config.fields import parse_duration, parse_gpu_indices
 from nnix.config.loader import LoadedConfig, load_config, parse_config
-from nnix.config.services import (
-    FrameworkAttemptCompletionPolicy,
-    FrameworkControllerConfig,
-    FrameworkControllerRoleConfig,
-    HybridConfig,
-    K8sStorageConfig,
-    KubeflowConfig,
-    KubeflowRoleConfig,
-    KubernetesConfig,
-    LocalConfig,
-    OpenpaiConfig,
-    RayConfig,
-    RemoteConfig,
-    RemoteMachineConfig,
-    SlurmConfig,
-    TrainingServiceConfig,
-    training_service_platforms,
-)
+from nnix.config.services import *  # noqa: F403 (the training services' models and their platform table)
 
 __all__ = [
     "AlgorithmConfig",
     "ExperimentConfig",
-    "FrameworkAttemptCompletionPolicy",
-    "FrameworkControllerConfig",
-    "FrameworkControllerRoleConfig",
-    "HybridConfig",
-    "K8sStorageConfig",
-    "KubeflowConfig",
-    "KubeflowRoleConfig",
-    "KubernetesConfig",
     "LoadedConfig",
-    "LocalConfig",
-    "OpenpaiConfig",
-    "RayConfig",
-    "RemoteConfig",
-    "RemoteMachineConfig",
-    "SlurmConfig",
-    "TrainingServiceConfig",
     "config_secrets",
     "load_config",
     "parse_config",
     "parse_duration",
     "parse_gpu_indices",
     "restore_secrets",
-    "training_service_platforms",
+    *services.__all__,
 ]

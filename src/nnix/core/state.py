@@ -11,22 +11,7 @@ from collections.abc import Callable, ItemsView, Iterable, Iterator, ValuesView
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from nnix.model.events import (
-    DataImported,
-    Event,
-    ExperimentCreated,
-    LimitsUpdated,
-    ManagerHeartbeat,
-    ManagerStarted,
-    MetricReported,
-    StatusChanged,
-    TrialCancelRequested,
-    TrialCreated,
-    TrialEnded,
-    TrialRequeued,
-    TrialStarted,
-    TrialWarning,
-)
+from nnix.model import events as ev
 from nnix.model.metrics import scalar_value
 from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.store.base import Snapshot, Store, Stored
@@ -248,7 +233,7 @@ class ExperimentState:
 
     # --- the fold ----------------------------------------------------------------------------
     def apply(self, stored: Stored) -> None:
-        e: Event = stored.event
+        e: ev.Event = stored.event
         ts = stored.ts
         self.last_seq = stored.seq
         if self.encoded and (ref := e.trial_ref) is not None:
@@ -257,28 +242,28 @@ class ExperimentState:
         if self.session_start is not None:
             self.session_last = ts
 
-    def _apply(self, e: Event, ts: float) -> None:
-        if isinstance(e, ExperimentCreated):
+    def _apply(self, e: ev.Event, ts: float) -> None:
+        if isinstance(e, ev.ExperimentCreated):
             self.experiment_id = e.experiment_id
             self.config = e.config
             self.seed = e.seed
             self.recorded_direction = e.direction
             self.created_at = ts
             self.limits = {k: e.config.get(k) for k in LIMIT_FIELDS}
-        elif isinstance(e, ManagerStarted):
+        elif isinstance(e, ev.ManagerStarted):
             self._close_session()
             self.manager_pid, self.manager_port, self.manager_host = e.pid, e.port, e.host
             self.manager_action = e.action
             self.manager_started_at = ts
             self.session_start = self.session_last = ts
             self.counting = e.action != "view"
-        elif isinstance(e, ManagerHeartbeat):
+        elif isinstance(e, ev.ManagerHeartbeat):
             pass
-        elif isinstance(e, StatusChanged):
+        elif isinstance(e, ev.StatusChanged):
             self._set_status(e.status, e.message, ts)
-        elif isinstance(e, LimitsUpdated):
+        elif isinstance(e, ev.LimitsUpdated):
             self.limits[e.field] = e.value
-        elif isinstance(e, TrialCreated):
+        elif isinstance(e, ev.TrialCreated):
             self.trials[e.trial_id] = TrialState(
                 trial_id=e.trial_id,
                 sequence_id=e.sequence_id,
@@ -291,17 +276,17 @@ class ExperimentState:
             self.next_sequence_id = max(self.next_sequence_id, e.sequence_id + 1)
             if e.parameter_id is not None:
                 self.next_parameter_id = max(self.next_parameter_id, e.parameter_id + 1)
-        elif isinstance(e, TrialStarted):
+        elif isinstance(e, ev.TrialStarted):
             t = self.trials[e.trial_id]
             t.status = TrialStatus.RUNNING
             t.started_at = ts
             t.environment_id, t.output_dir, t.pid, t.pid_start = e.environment_id, e.output_dir, e.pid, e.pid_start
             t.gpus = e.gpus
-        elif isinstance(e, MetricReported):
+        elif isinstance(e, ev.MetricReported):
             self.add_metric(e.trial_id, e.type, e.sequence, e.value, e.index, ts)
-        elif isinstance(e, TrialCancelRequested):
+        elif isinstance(e, ev.TrialCancelRequested):
             self.trials[e.trial_id].cancel_reason = e.reason
-        elif isinstance(e, TrialEnded):
+        elif isinstance(e, ev.TrialEnded):
             t = self.trials[e.trial_id]
             t.status, t.exit_code, t.message, t.ended_at = e.status, e.exit_code, e.message, ts
             if self.loader is not None and t.held is not None:
@@ -309,19 +294,19 @@ class ExperimentState:
                     t.held = None
                 else:
                     self.held_ended += len(t.held)
-        elif isinstance(e, TrialRequeued):
+        elif isinstance(e, ev.TrialRequeued):
             t = self.trials[e.trial_id]
             t.status, t.message = TrialStatus.WAITING, e.reason
             t.started_at = t.environment_id = t.output_dir = t.pid = t.pid_start = t.gpus = None
             t.reset_series()  # the new attempt's channel counts lines from 0 again
             # (its warnings stay: they happened)
-        elif isinstance(e, TrialWarning):
+        elif isinstance(e, ev.TrialWarning):
             t = self.trials[e.trial_id]
             t.warnings.append(e.message)
             del t.warnings[:-MAX_WARNINGS_KEPT]
             t.warning_count += e.count
             t.last_index = max(t.last_index, e.index)
-        elif isinstance(e, DataImported):
+        elif isinstance(e, ev.DataImported):
             self.imported.extend(e.records)
 
     def add_metric(
@@ -381,9 +366,9 @@ def series(events: Iterable[Stored]) -> list[Metric]:
     t = TrialState("", 0, None, {}, "", 0.0)
     for s in events:
         e = s.event
-        if isinstance(e, MetricReported):
+        if isinstance(e, ev.MetricReported):
             t.add_metric(Metric(e.type, e.sequence, e.value, s.ts, e.index))
-        elif isinstance(e, TrialRequeued):
+        elif isinstance(e, ev.TrialRequeued):
             t.reset_series()
     return t.held or []
 

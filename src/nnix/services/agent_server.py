@@ -108,46 +108,33 @@ class _HttpError(Exception):
         self.message = message
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class AgentServer:
-    def __init__(
-        self,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        version: str = __version__,
-        heartbeat: float = 5.0,
-        poll_wait: float = 20.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._host = host
-        self._port = port
-        self.version = version
-        self.heartbeat = heartbeat
-        self.poll_wait = poll_wait
-        self._clock = clock
-        self._server: asyncio.Server | None = None
-        self._envs: dict[str, Endpoint] = {}
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._closing = False
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port, chosen by start() (this is then the port listened on)
+    version: str = __version__
+    heartbeat: float = 5.0
+    poll_wait: float = 20.0
+    clock: Callable[[], float] = time.monotonic
+    _server: asyncio.Server | None = field(default=None, init=False)
+    _envs: dict[str, Endpoint] = field(default_factory=dict, init=False)
+    _writers: set[asyncio.StreamWriter] = field(default_factory=set, init=False)
+    _closing: bool = field(default=False, init=False)
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         try:
-            self._server = await asyncio.start_server(self._serve, self._host, self._port, limit=1 << 20)
+            self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1 << 20)
         except OSError as e:
             raise ServiceError(
-                f"cannot open the agent endpoint on {self._host}:{self._port}: {e}", "pick another port"
+                f"cannot open the agent endpoint on {self.host}:{self.port}: {e}", "pick another port"
             ) from e
-        self._port = self._server.sockets[0].getsockname()[1]
+        self.port = self._server.sockets[0].getsockname()[1]
         log.debug("agent endpoint on %s", self.url)
 
     @property
-    def port(self) -> int:
-        return self._port
-
-    @property
     def url(self) -> str:
-        return f"http://{self._host}:{self._port}"
+        return f"http://{self.host}:{self.port}"
 
     async def close(self) -> None:
         self._closing = True
@@ -263,7 +250,7 @@ class AgentServer:
             raise _HttpError(401, f"wrong or missing token for environment {env_id!r}")
         if ep.retired is not None:
             raise _HttpError(410, ep.retired)
-        ep.last_contact = self._clock()
+        ep.last_contact = self.clock()
         query = parse_qs(url.query)
         if action == "hello" and method == "POST":
             return self._hello(ep, _json(body))
@@ -350,12 +337,12 @@ class AgentServer:
         if after > ep.acked_command:
             ep.acked_command = after
             ep.commands = [(s, c) for s, c in ep.commands if s > after]
-        deadline = self._clock() + max(0.0, wait)
+        deadline = self.clock() + max(0.0, wait)
         while True:
             ready = [c for s, c in ep.commands if s > after]
             if ready or self._closing or ep.retired is not None:
                 break
-            left = deadline - self._clock()
+            left = deadline - self.clock()
             if left <= 0:
                 break
             ep._wake.clear()

@@ -60,6 +60,8 @@ log = logging.getLogger("nnix.services.slurm")
 
 CLIENT_HINT = ("run the manager where the Slurm commands work (a login node of the cluster), or add Slurm's "
                "bin directory to PATH")
+# the launcher's options that are the config's fields of the same name (SlurmConfig)
+_SAME_NAMED_OPTIONS = {"partition", "account", "qos", "time_limit", "memory", "sbatch_options", "setup_commands"}
 _SQUEUE_FIELDS = "JobID:|,State:|,Reason:|,exit_code:|,TimeLimit:|,Name:|"
 _SACCT_FIELDS = "JobIDRaw,State,ExitCode,Reason,Timelimit,JobName"
 
@@ -296,15 +298,9 @@ class SlurmLauncher:
             experiment_id=context.experiment_id if context is not None else "standalone",
             working_dir=working_dir,
             python=ts.python_executable,
-            partition=ts.partition,
-            account=ts.account,
-            qos=ts.qos,
-            time_limit=ts.time_limit,
-            cpus_per_task=ts.cpus_per_trial,
-            memory=ts.memory,
             gres=gres,
-            sbatch_options=ts.sbatch_options,
-            setup_commands=ts.setup_commands,
+            cpus_per_task=ts.cpus_per_trial,
+            **ts.model_dump(include=_SAME_NAMED_OPTIONS),
         )
 
     # --- views -----------------------------------------------------------------------------------

@@ -101,7 +101,10 @@ class ServiceContract:
     busy_service: ClassVar[dict[str, Any] | list[dict[str, Any]] | None] = None  # a trainingService taking one trial
     busy_options: ClassVar[dict[str, Any]] = {}
     timeout: ClassVar[float] = 60.0  # deadline of each wait: catches hangs only
-    _dir: Path | None = None  # set by setup() (pytest collects no class with an __init__)
+    experiment_id: ClassVar[str] = "contract"
+    _dir: Path | None = None  # set by setup() (pytest collects no class with an __init__), with:
+    exp_dir: Path  # the experiment's directory
+    code_dir: Path  # the trials' code
 
     # -- hooks a subclass may override ----------------------------------------------------------------
     def workdir(self, tmp_path: Path) -> Path:
@@ -149,23 +152,12 @@ class ServiceContract:
         assert self._dir is not None, "call self.setup(tmp_path) first"
         return self._dir
 
-    @property
-    def exp_dir(self) -> Path:
-        return self.root / "experiment"
-
-    @property
-    def code_dir(self) -> Path:
-        return self.root / "code"
-
-    @property
-    def experiment_id(self) -> str:
-        return "contract"
-
     def gate(self, trial_id: str) -> Path:
         return self.root / "gates" / trial_id
 
     def setup(self, tmp_path: Path) -> None:
         self._dir = self.workdir(tmp_path) / ("c" + secrets.token_hex(3))
+        self.exp_dir, self.code_dir = self._dir / "experiment", self._dir / "code"
         for d in (self.exp_dir, self.code_dir, self.root / "gates"):
             d.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)

@@ -111,10 +111,6 @@ class Encoding(SpaceTransform):
         super().__init__(space, randint="ordinal", choice="categorical")
         self.dims = self.columns
 
-    @property
-    def size(self) -> int:
-        return len(self.dims)
-
     def encode(self, params: Any) -> Array | None:
         """The row of a parameter set, or None when it is not a point of this space."""
         return self.to_unit(params) if isinstance(params, dict) else None
@@ -248,7 +244,7 @@ class BOHBTuner:
         return out
 
     def _model(self, enc: Encoding, history: Sequence[TrialRecord], direction: Direction) -> tuple[_Kde, _Kde] | None:
-        d = enc.size
+        d = len(enc.dims)
         if d == 0:
             return None
         m = self.args.min_points_in_model or d + 1

@@ -18,14 +18,4 @@ get_trial_id = _sdk.get_trial_id
 get_sequence_id = _sdk.get_sequence_id
 NoMoreTrialError = _sdk.NoMoreTrialError
 
-__all__ = [
-    "NoMoreTrialError",
-    "get_current_parameter",
-    "get_experiment_id",
-    "get_next_parameter",
-    "get_next_parameters",
-    "get_sequence_id",
-    "get_trial_id",
-    "report_final_result",
-    "report_intermediate_result",
-]
+__all__ = [name for name in _sdk.__all__ if name in globals()]  # the SDK's names that NNI's nni.trial has
