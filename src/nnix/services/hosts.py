@@ -215,6 +215,8 @@ class Machines(Fleet[Env, Trial]):
             if pending:
                 log.warning("closing: %d task(s) did not end: %s", len(pending),
                             ", ".join(sorted(str(t.get_coro()) for t in pending))[:500])
+        with contextlib.suppress(Exception):
+            await self._hl.close()
         if self._server is not None:
             await self._server.close()
 
