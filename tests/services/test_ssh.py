@@ -15,6 +15,7 @@ from nnix.config import RemoteMachineConfig
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer
 from nnix.services.cluster import EnvRequest, EnvStatus, Launcher
+from nnix.services.launcher import HostLauncher
 from nnix.services.ssh import HostError, SshHost, SshLauncher
 from nnix.testing import wait_until_async
 from nnix.testing.sshhosts import SshLab
@@ -46,6 +47,8 @@ def test_places_a_trial_on_the_machine_it_runs_on(tmp_path: Path) -> None:
 def test_launch_needs_a_machine_and_a_connection(tmp_path: Path) -> None:
     launcher = _launcher([_host()], tmp_path)
     contract: Launcher = launcher  # the Launcher protocol of nnix.services.cluster (checked by mypy)
+    machines: HostLauncher = launcher  # with the optional capability of a fixed list of machines
+    assert [h.label for h in machines.hosts] == ["u@127.0.0.1:22"] and launcher.lost_policy == "fail"
     assert (contract.kind, contract.advertise_host, launcher.shares_files) == ("remote", "127.0.0.1", False)
     with pytest.raises(ServiceError, match="no machine named"):
         asyncio.run(launcher.launch(EnvRequest("e1", False, "http://127.0.0.1:1", "tok")))

@@ -13,6 +13,12 @@ Each environment runs one trial at a time and gets the resources of one trial fr
 
 How many environments: never more than the trials waiting or running (the manager tells the service how many
 wait through :meth:`ClusterService.set_demand`), so an experiment near its end does not queue useless jobs.
+
+A launcher with a fixed list of machines (the optional capability :class:`~nnix.services.launcher.HostLauncher`:
+SSH) gets machines instead of environments on demand: connections kept up, one agent per machine (or per trial),
+agents replaced in place, lost hosts, GPU placement per machine, resume by adoption (:mod:`nnix.services.hosts`).
+The contract types (:class:`Launcher`, :class:`EnvRequest`, :class:`EnvStatus`) live in
+:mod:`nnix.services.launcher` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -26,17 +32,21 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from nnix.agent.protocol import Heartbeat, Hello
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer
 from nnix.services.base import CapacityChanged, Configured, Emit, ServiceContext
-from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
+from nnix.services.fleet import AgentOptions, StartFailed
+from nnix.services.hosts import Env as _Env
+from nnix.services.hosts import Machines
+from nnix.services.hosts import Trial as _Trial
+from nnix.services.launcher import EnvRequest, EnvStatus, HostLauncher, Launcher
 from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
@@ -47,110 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["ClusterService", "EnvRequest", "EnvStatus", "Launcher", "SharedStorageLayout"]
 
 log = logging.getLogger("nnix.services.cluster")
-
-
-@dataclass(frozen=True)
-class EnvRequest:
-    """What an engine needs to start one environment."""
-
-    env_id: str
-    """Unique in the experiment; safe in names (``[a-z0-9-]``); engines put it in job names and labels."""
-    single: bool
-    """Non-reuse: the agent exits after its one trial."""
-    url: str
-    """The manager's agent endpoint as the environment must reach it (``http://host:port``)."""
-    token: str
-    """The environment's secret. Give it to the agent in ``$NNIX_AGENT_TOKEN`` (never on a command line:
-    ``ps`` shows those); where the engine stores job specs (Kubernetes), use the engine's secret store."""
-    agent_options: tuple[str, ...] = ()
-    """Extra agent arguments chosen by the service (timeouts, poll interval)."""
-    host: int | None = None
-    """The machine the service chose for it, for launchers of a fixed list of machines (SSH: an index of
-    ``machineList``); None: the engine places it (every other launcher ignores it)."""
-
-    def agent_args(self) -> list[str]:
-        """Arguments after ``python`` (``-m nnix.agent ...``); the token is not among them."""
-        return [
-            "-m", "nnix.agent", "--url", self.url, "--environment", self.env_id,
-            *(["--single"] if self.single else []), *self.agent_options,
-        ]
-
-    def agent_env(self) -> dict[str, str]:
-        """Environment variables the agent needs (the token)."""
-        return {"NNIX_AGENT_TOKEN": self.token}
-
-
-@dataclass(frozen=True)
-class EnvStatus:
-    """An environment as its engine sees it."""
-
-    state: Literal["pending", "running", "ended", "unknown"]
-    reason: str = ""
-    """Why it is pending (``Resources``) or how it ended (``TIMEOUT: time limit reached``, ``NODE_FAIL``,
-    ``preempted``, ``OOMKilled``...), in the engine's words; shown to the user."""
-    killed: bool = False
-    """Ended: the engine ended it (time limit, cancelled, preempted, node lost, out of memory), as opposed to its
-    command exiting by itself. A trial killed by a signal in such an environment ends with the engine's reason."""
-
-
-class Launcher(Protocol):
-    """The engine-specific part of a cluster service.
-
-    Contract:
-
-    * ``prepare`` runs once before any ``launch``: check the engine answers (raise
-      :class:`~nnix.errors.ServiceError` with a hint otherwise) and stage what environments need (code,
-      wheels) where they can read it.
-    * ``launch`` submits one environment whose command runs ``<python> <request.agent_args()>`` with
-      ``request.agent_env()`` set, and returns the engine's handle for it (job id, object name). It raises
-      ``ServiceError`` when the engine refuses the submission (bad partition, invalid object...).
-    * ``poll`` returns the state of the given handles (one engine call for all of them where possible);
-      a handle the engine no longer knows is ``ended`` (reason ``"gone"``) or ``unknown``.
-    * ``stop`` cancels an environment; idempotent, never raises for one that already ended.
-    * ``place`` maps a trial onto the environment's file system: its ``code_dir`` and ``output_dir`` as the
-      agent will see them; ``output_location`` is what the manager records as the trial's ``output_dir``
-      (a path the manager can read when storage is shared, else ``"<kind>:<path>"``).
-    * ``close`` releases clients (not environments: the service stops those first).
-    """
-
-    kind: str
-    """Engine name for messages and environment-variable ``NNI_PLATFORM`` (``slurm``, ``ray``...)."""
-    advertise_host: str | None
-    """The address environments use to reach the manager, when the engine knows it better than the
-    default guess (``nniManagerIp`` overrides both).
-
-    Optional attribute ``shares_files: bool`` (default True): the trials' output directories are on storage
-    the manager reads (``output_location`` is a path here). False: agents stream each trial's stdout and
-    stderr, and the manager keeps a copy (:mod:`nnix.services.mirror`).
-
-    Optional attribute ``capacity: int`` (default 1): how many trials one environment runs at once in reuse
-    mode (an environment with the resources of several trials: a whole node, a machine); non-reuse
-    environments always run one.
-
-    Optional placement hook, for environments that hold resources of several trials (``capacity``): methods
-    ``admit(spec, handle, resources) -> TrialSpec | None`` (may the environment ``handle``, whose agent last
-    reported ``resources`` (``gpus``: index, util, mem_util, processes...), take the placed trial now? Return the
-    spec to run there, e.g. with ``CUDA_VISIBLE_DEVICES`` set, or None: not now) and ``release(trial_id)`` (the
-    trial left its environment; called once for each admitted trial). A trial no environment admits waits.
-
-    Optional attribute ``lost_policy: "fail" | "requeue"`` (default ``"fail"``): what becomes of a running trial
-    whose environment ended under it (the engine ended the job, or its agent fell silent): it fails with the
-    reason, or goes back to the queue to run again from scratch (``lostHostPolicy`` of the SSH service). A trial
-    that had not started goes back to the queue either way."""
-
-    async def prepare(self) -> None: ...
-
-    async def launch(self, request: EnvRequest) -> str: ...
-
-    async def poll(self, handles: Sequence[str]) -> dict[str, EnvStatus]: ...
-
-    async def stop(self, handle: str) -> None: ...
-
-    def place(self, spec: TrialSpec) -> TrialSpec: ...
-
-    def output_location(self, spec: TrialSpec) -> str: ...
-
-    async def close(self) -> None: ...
 
 
 class SharedStorageLayout:
@@ -167,27 +73,6 @@ class SharedStorageLayout:
 
     def output_location(self, spec: TrialSpec) -> str:
         return str(self.local / "trials" / spec.trial_id)
-
-
-# --------------------------------------------------------------------------------------------------
-# The shared part
-
-
-@dataclass(eq=False, kw_only=True)
-class _Env(FleetEnv):
-    launched_at: float
-    state: Literal["launching", "pending", "ready", "ended"] = "launching"
-    handle: str | None = None
-    idle_since: float | None = None
-    reason: str = ""
-    connected: bool = False  # its agent said hello (at least once)
-    resources: dict[str, Any] = field(default_factory=dict)  # as its agent last reported them
-    ended_seen: float | None = None  # when the engine first said it ended
-
-
-@dataclass(eq=False, kw_only=True)
-class _Trial(FleetTrial[_Env]):
-    placed: TrialSpec | None = None
 
 
 _SIGNALS_FROM_OUTSIDE = (signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP)
@@ -219,7 +104,7 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class ClusterService(Configured, Fleet[_Env, _Trial]):
+class ClusterService(Configured, Machines):
     """A training service whose environments an engine starts (see the module docstring).
 
     Subclasses set ``platform`` and implement ``make_launcher``; ``from_config`` does the rest.
@@ -229,6 +114,11 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
     the agents of the environments that kept running reconnect by themselves (they retry with backoff)
     and report the trials they still run; their metrics are neither lost nor duplicated (line indices).
     A trial whose environment ended meanwhile ends FAILED with the engine's reason.
+
+    A launcher with ``hosts`` (a fixed list of machines, :class:`~nnix.services.launcher.HostLauncher`) is driven
+    through :class:`~nnix.services.hosts.Machines` instead: ``start``, ``submit``, ``reattach``, ``close`` and the
+    fleet hooks of its environments go there; ``adopt_wait`` is how long a resume waits for the agents it found
+    to say hello; ``lost_timeout`` is the machines' ``lostHostTimeout``.
     """
 
     platform = "cluster"
@@ -250,6 +140,7 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
         engine_poll_interval: float = 2.0,
         end_grace: float = 3.0,
         port: int = 0,
+        adopt_wait: float = 3.0,
         **agent: Unpack[AgentOptions],
     ) -> None:
         self.launcher = launcher
@@ -263,13 +154,21 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
         self._end_grace = float(end_grace)
         self._shared = bool(getattr(launcher, "shares_files", True))
         self._capacity = max(1, int(getattr(launcher, "capacity", 1))) if reuse else 1
-        self._requeue_lost = getattr(launcher, "lost_policy", "fail") == "requeue"
-        # failed starts (environments that die before their agent connects, agents that do not start a trial in
-        # time) and when to give up: the policy shared with the SSH service (nnix.services.health). The engine is
-        # one "host"; three failed starts in a row, or failing for lost_timeout, stop the experiment
-        self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None and not self._shared
-                         else None, hosts=[self.platform], lost_after=lost_timeout, max_failures=3,
-                         noun=f"{self.platform} environment", **agent)
+        self._policy: Literal["fail", "requeue"] = getattr(launcher, "lost_policy", "fail")
+        self._requeue_lost = self._policy == "requeue"
+        self._machines = []
+        hosts = getattr(launcher, "hosts", None)
+        if hosts is not None:  # a fixed list of machines (nnix.services.hosts): each has its own health
+            self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None and not self._shared
+                             else None, hosts=[h.label for h in hosts], lost_after=lost_timeout, **agent)
+            self._init_machines(cast(HostLauncher, launcher), trial_gpu_number, adopt_wait)
+        else:
+            # failed starts (environments that die before their agent connects, agents that do not start a trial
+            # in time) and when to give up: the policy shared with machines (nnix.services.health). The engine is
+            # one "host"; three failed starts in a row, or failing for lost_timeout, stop the experiment
+            self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None and not self._shared
+                             else None, hosts=[self.platform], lost_after=lost_timeout, max_failures=3,
+                             noun=f"{self.platform} environment", **agent)
         if self._shared:  # the manager reads trial files where they are: no copy streamed
             self._agent_options = (*self._agent_options, "--no-output-stream")
         self._port = port
@@ -279,7 +178,7 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
         self._fatal: ServiceError | None = None
         self._counter = 0
         self._settle_deadline = 0.0
-        self._settled = True  # until start finds environments of an earlier manager
+        self._settled = not self._machines  # engines: until start finds environments of an earlier manager
         self._monitor: asyncio.Task[None] | None = None
 
     # --- construction --------------------------------------------------------------------------
@@ -330,6 +229,9 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
         if self._context is None:
             raise ServiceError(f"the {self.platform} service needs its experiment's id and directory "
                                "(a ServiceContext)")
+        if self._machines:
+            await self._start_on_machines()
+            return
         await self.launcher.prepare()  # first: some engines learn the address environments reach us at
         advertise = self._advertise or self.launcher.advertise_host or _guess_host()
         bind = "127.0.0.1" if _is_loopback(advertise) else "0.0.0.0"  # agents authenticate by token
@@ -363,6 +265,9 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
         self._monitor = asyncio.create_task(self._watch())
 
     async def close(self, kill_trials: bool) -> None:
+        if self._machines:
+            await self._close_machines(kill_trials)
+            return
         self._closing = True
         if self._monitor is not None:
             self._monitor.cancel()
@@ -543,7 +448,7 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
         """After a resume: trials whose environment never came back are over; strays in adopted environments
         are killed, and adopted environments with nothing left to run are stopped (nnix.services.fleet)."""
         self._settle_deadline = 0.0
-        for t in list(self._trials.values()):
+        for t in [] if self._machines else list(self._trials.values()):  # machines: a new agent attaches them
             if t.env is None and t.started is None:
                 self._forget_trial(t)
                 self._emit(Exited(t.trial_id, None, None, "",
@@ -554,17 +459,26 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
     def _env_gone(self, env: _Env) -> bool:
         return env.state == "ended"
 
+    def _may_host(self, t: _Trial, env: _Env) -> bool:
+        return t.machine is env.machine  # engines: both None
+
     def _retire_idle(self, env: _Env) -> None:
+        if env.machine is not None:
+            self._shutdown(env, "taken over; nothing left to watch")
+            return
         self._spawn(self._stop_env(env, "taken over; nothing left to run"))
 
     def _greeted(self, env: _Env, hello: Hello) -> None:
+        if env.machine is not None:
+            self._machine_greeted(env, env.machine, hello)
+            return
         env.state, env.reason, env.resources = "ready", "", dict(hello.resources)
         if env.idle_since is None:
             env.idle_since = self._clock()
         self._health.ok(self.platform)
 
     def _hello_done(self, env: _Env, hello: Hello) -> None:
-        if not env.connected:
+        if not env.connected and env.machine is None:
             env.connected = True
             log.info("%s environment %s (%s) connected from %s", self.platform, env.env_id, env.handle,
                      hello.resources.get("hostname", "?"))
@@ -574,31 +488,45 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
         """Killed by a signal nnix did not send: the engine may be ending the environment (time limit, scancel,
         preemption) and signals the trial with it; its reason is the one to show, so the exit waits for the
         engine's word (the next polls, see _check)."""
-        if env.stopping or not _by_signal(exited):
-            return False
+        if env.stopping or env.machine is not None or not _by_signal(exited):
+            return False  # an agent on a machine reports its trial's own exit: nothing to wait for
         t.held_at = self._clock()
         return True
 
     def _released(self, t: _Trial) -> None:
+        if t.machine is not None:
+            t.machine.gpus.release(t.trial_id)
+            return
         release = getattr(self.launcher, "release", None)
         if release is not None and t.placed is not None:  # admitted here (not a trial of an earlier manager)
             release(t.trial_id)
 
     def _heartbeat(self, env: _Env, beat: Heartbeat) -> None:
+        if env.machine is not None:
+            self._machine_heartbeat(env.machine, beat)
+            return
         env.resources = dict(beat.resources)
 
     def _trial_left(self, t: _Trial, env: _Env) -> None:
+        if env.machine is not None:
+            self._machine_trial_left(env)
+            return
         if not env.trials:
             env.idle_since = self._clock()
         if env.single:
             env.stopping = True  # its agent exits by itself; the engine job ends with it
 
     def _refused(self, env: _Env, reason: str) -> None:
+        if env.machine is not None:
+            self._machine_refused(env, env.machine, reason)
+            return
         self._fatal = ServiceError(f"the nnix agent in {self.platform} environment {env.handle} was refused: "
                                    f"{reason}", "install the manager's nnix version in the environments")
 
     # --- the TrainingService protocol ----------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:
+        if self._machines:
+            return await self._submit_to_machine(spec)
         if self._fatal is not None:
             raise self._fatal
         free = [e for e in self._envs.values() if e.state == "ready" and self._free(e)]
@@ -667,6 +595,9 @@ class ClusterService(Configured, Fleet[_Env, _Trial]):
         self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int,
         gpus: tuple[int, ...] | None,
     ) -> None:
+        if self._machines:
+            self._reattach_on_machine(trial_id, output_dir, pid, pid_start, after_index, gpus)
+            return
         t = _Trial(trial_id, None, str(output_dir), last_index=after_index)
         self._adopt_trial(t)
         if t.env is None and not self._settle_deadline:

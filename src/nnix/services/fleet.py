@@ -1,5 +1,6 @@
-"""The fleet: the bookkeeping of every service whose trials run in nnix agents (SSH machines in
-:mod:`nnix.services.remote`, engine environments in :mod:`nnix.services.cluster`).
+"""The fleet: the bookkeeping of every service whose trials run in nnix agents (engine environments and the
+machines of a fixed list, such as SSH's, both driven by :class:`~nnix.services.cluster.ClusterService`; the
+machines' part is :mod:`nnix.services.hosts`).
 
 An *environment* is one agent (``python -m nnix.agent``) that the manager knows by its id and token; a *trial*
 is what the manager handed an environment (or an earlier manager did, before a resume). :class:`Fleet` keeps

@@ -1,6 +1,6 @@
 """Host health: the one policy that decides what a failed start or a lost host means, for every service whose
-trials run in agents (SSH machines in :mod:`nnix.services.remote`, engine environments in
-:mod:`nnix.services.cluster`).
+trials run in agents (the machines of a fixed list, such as SSH's, in :mod:`nnix.services.hosts`, and engine
+environments in :mod:`nnix.services.cluster`).
 
 The rules (a "host" is an SSH machine, or a cluster engine as a whole):
 

@@ -1,18 +1,20 @@
 """SSH, and only SSH: the launcher of the remote training service (:mod:`nnix.services.remote`).
 
-:class:`SshLauncher` is what the remote service asks of a machine of ``machineList``; the service keeps the
-fleet (agents, trials, machine states, lost hosts, GPU rules). Per machine (an :class:`SshHost`) it
+:class:`SshLauncher` is a :class:`~nnix.services.launcher.Launcher` with the optional capability *a fixed list of
+machines* (:class:`~nnix.services.launcher.HostLauncher`: ``hosts``, one :class:`SshHost` per machine of
+``machineList``); :class:`~nnix.services.cluster.ClusterService` keeps the fleet (agents, trials, machine states,
+lost hosts, GPU rules: :mod:`nnix.services.hosts`). Per machine it
 
-* connects (asyncssh; host keys checked against ``knownHostsFile`` unless ``trustUnknownHosts``), runs commands
-  with a timeout, and drops the connection;
+* connects (asyncssh; host keys checked against ``knownHostsFile`` unless ``trustUnknownHosts``: ``open``; the
+  link is the SSH connection, ``closed`` when it ends), runs commands with a timeout, and drops the connection;
 * ``setup``: finds Python (``pythonPath`` first; 3.10 or newer), installs the manager's nnix build into a
   content-addressed venv from uploaded wheels, unpacks the trial code, opens the *reverse port forward* (the
   agent's ``127.0.0.1:<port>`` on the worker is the manager's loopback agent endpoint: each machine's agents have
   their own agent URL) and, for non-reuse, probes the GPUs before any agent runs;
 * starts environments as a :class:`~nnix.services.cluster.Launcher` does (``launch`` an :class:`EnvRequest`
-  whose ``host`` names the machine; the handle is the environment id), reports them (``poll``: the agent's SSH
-  channel), stops them (``stop``: the agent's process killed), and probes a silent one (alive, dead, or SSH
-  itself does not answer: :class:`HostError`);
+  whose ``host`` names the machine; the handle is the environment id), reports them (``poll`` and ``ended``: the
+  agent's SSH channel), stops them (``stop``: the agent's process killed), and probes a silent one (alive, dead,
+  or SSH itself does not answer: :class:`HostError`);
 * finds the agents a killed manager left (``find_agents``), points them at the current forward and token
   (``write_connect``, ``wake``), and lists or removes what nnix left under ``remoteWorkDir`` (``leftovers``).
 
@@ -33,13 +35,13 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import asyncssh
 
 from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
-from nnix.services.cluster import EnvRequest, EnvStatus
+from nnix.services.launcher import EnvRequest, EnvStatus, HostError
 from nnix.services.packing import CodeArchive, build_wheels, pack_code
 from nnix.version import __version__
 
@@ -55,14 +57,6 @@ _PROBE = (
     "import sys, os, json; print(json.dumps({'exe': sys.executable, 'version': list(sys.version_info[:3]), "
     "'home': os.path.expanduser('~')}))"
 )
-
-
-class HostError(ServiceError):
-    """A machine could not be used. ``permanent``: retrying cannot help (credentials, host key, Python)."""
-
-    def __init__(self, message: str, hint: str | None = None, *, permanent: bool = False) -> None:
-        super().__init__(message, hint)
-        self.permanent = permanent
 
 
 def _q(s: str) -> str:
@@ -100,6 +94,12 @@ class SshHost:
     def dir_name(self) -> str:
         return re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.cfg.host}_{self.cfg.port}")
 
+    @property
+    def gpu_rules(self) -> dict[str, Any]:
+        """Its GPU rules (``gpuIndices``, ``maxTrialNumberPerGpu``, ``useActiveGpu``) as GpuScheduler keywords."""
+        return {"gpu_indices": self.cfg.gpu_indices, "max_trial_number_per_gpu": self.cfg.max_trial_number_per_gpu,
+                "use_active_gpu": self.cfg.use_active_gpu}
+
     def env_dir(self, env_id: str) -> str:
         """Where environment ``env_id`` keeps its connect file, pid and log on the machine."""
         return f"{self.root}/envs/{env_id}"
@@ -131,8 +131,10 @@ class SshLauncher:
         remote_work_dir: str = "~/nnix-experiments",
         connect_timeout: float = 10.0,
         keepalive_interval: float = 15.0,
+        lost_policy: Literal["fail", "requeue"] = "fail",
     ) -> None:
         self._hosts = list(hosts)
+        self.lost_policy = lost_policy  # lostHostPolicy (the Launcher's optional lost_policy)
         self._experiment_id = experiment_id
         self._stage = stage_dir
         self._code_dir = Path(code_dir)
@@ -172,7 +174,7 @@ class SshLauncher:
         if m.conn is None:
             raise HostError(f"no SSH connection to {m.label}")
         env_dir = m.env_dir(request.env_id)
-        await self.write_connect(m, env_dir, request.env_id, request.token)
+        await self.write_connect(m, request.env_id, request.token)
         args = [self.venv_python(m), "-m", "nnix.agent", "--connect-file", f"{env_dir}/agent.json",
                 *request.agent_options, *(["--single"] if request.single else [])]
         command = (f"cd {_q(m.code_dir)} && {self.path_prefix(m)}exec {' '.join(_q(a) for a in args)} "
@@ -183,6 +185,20 @@ class SshLauncher:
             raise HostError(f"cannot start the agent on {m.label}: {e}") from e
         self._agents[request.env_id] = _Agent(m, process)
         return request.env_id
+
+    async def ended(self, handle: str) -> EnvStatus:
+        """When the agent started as ``handle`` ended: its exit status or signal; ``unknown`` when its channel closed
+        without either (the connection went away, not necessarily the agent) or this launcher did not start it."""
+        agent = self._agents.get(handle)
+        if agent is None:
+            return EnvStatus("unknown")
+        result = await agent.process.wait()
+        status, sig = getattr(result, "exit_status", None), getattr(result, "exit_signal", None)
+        if sig:
+            return EnvStatus("ended", f"signal {sig[0]}", killed=True, exit_status=status)
+        if status is None:
+            return EnvStatus("unknown")
+        return EnvStatus("ended", f"exit status {status}", exit_status=status)
 
     def process(self, handle: str) -> asyncssh.SSHClientProcess[Any] | None:
         """The SSH channel of the agent started as ``handle`` (None: not started by this launcher)."""
@@ -241,6 +257,37 @@ class SshLauncher:
         self._agents.clear()
 
     # --- the machine: connect, set up, probe -----------------------------------------------------------
+    @property
+    def hosts(self) -> list[SshHost]:
+        """The machines of ``machineList`` (the optional Launcher capability of a fixed list of machines)."""
+        return self._hosts
+
+    async def open(self, m: SshHost) -> object:
+        """Connect to ``m``; the link returned is the SSH connection."""
+        m.conn = await self.connect(m)
+        return m.conn
+
+    async def closed(self, m: SshHost, link: object) -> bool:
+        """When the connection ``link`` (from :meth:`open`) ended: whether it was still ``m``'s connection."""
+        assert isinstance(link, asyncssh.SSHClientConnection)
+        await link.wait_closed()
+        return m.conn is link
+
+    def connected(self, m: SshHost) -> bool:
+        return m.conn is not None and not m.conn.is_closed()
+
+    def disconnect(self, m: SshHost) -> None:
+        """Break the connection (the service notices it through :meth:`closed` and reconnects)."""
+        if m.conn is not None:
+            m.conn.abort()
+
+    def agent_url(self, m: SshHost) -> str:
+        """Where the machine's agents reach the manager: the reverse forward's end on the worker."""
+        return f"http://127.0.0.1:{m.remote_port}"
+
+    def describe(self, m: SshHost) -> str:
+        return f"{m.python}, work dir {m.root}"
+
     def drop(self, m: SshHost) -> None:
         if m.listener is not None:
             m.listener.close()
@@ -493,9 +540,11 @@ class SshLauncher:
             if r.exit_status != 0:
                 raise HostError(f"cannot unpack the trial code on {m.label}: {_text(r.stderr).strip()}")
 
-    async def write_connect(self, m: SshHost, env_dir: str, env_id: str, token: str) -> None:
+    async def write_connect(self, m: SshHost, env_id: str, token: str) -> None:
+        """Point agent ``env_id`` on ``m`` at the machine's forward with ``token`` (its connect file, mode 0600)."""
         assert m.sftp is not None
-        data = json.dumps({"url": f"http://127.0.0.1:{m.remote_port}", "environment_id": env_id, "token": token})
+        env_dir = m.env_dir(env_id)
+        data = json.dumps({"url": self.agent_url(m), "environment_id": env_id, "token": token})
         tmp = f"{env_dir}/.agent.json.{secrets.token_hex(4)}"
         try:
             await m.sftp.makedirs(env_dir, exist_ok=True)

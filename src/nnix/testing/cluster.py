@@ -1,15 +1,22 @@
 """A fake engine for the shared part of the cluster services (:mod:`nnix.services.cluster`): each
 environment is a local process running the real nnix agent, started in a session of its own, so tests can
-make it end the ways engine jobs end (killed, time limit) without any engine."""
+make it end the ways engine jobs end (killed, time limit) without any engine.
+
+:class:`ProcessHostsLauncher` is the same with the optional capability *a fixed list of machines*
+(:class:`~nnix.services.launcher.HostLauncher`, what SSH has): its "machines" are folders here, its agents local
+processes, so that the machine part of ``ClusterService`` (:mod:`nnix.services.hosts`) is tested without SSH."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from nnix.agent.runner import TrialSpec
@@ -18,7 +25,7 @@ from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
 from nnix.services.rayhead import descendants
 
-__all__ = ["ProcessClusterService", "ProcessLauncher"]
+__all__ = ["ProcessClusterService", "ProcessHost", "ProcessHostsLauncher", "ProcessHostsService", "ProcessLauncher"]
 
 
 @dataclass
@@ -127,3 +134,144 @@ class ProcessClusterService(ClusterService):
     @classmethod
     def make_launcher(cls, config: Any, context: ServiceContext | None) -> ProcessLauncher:
         return ProcessLauncher()
+
+
+@dataclass(eq=False)
+class ProcessHost:
+    """A "machine" of :class:`ProcessHostsLauncher`: a folder here (agents keep their files in ``envs/``)."""
+
+    index: int
+    root: Path
+    up: asyncio.Event | None = None  # its link, while connected
+
+    @property
+    def label(self) -> str:
+        return f"machine{self.index}"
+
+    @property
+    def key(self) -> str:
+        return f"m{self.index}"
+
+    @property
+    def gpu_rules(self) -> dict[str, Any]:
+        return {}
+
+    def env_dir(self, env_id: str) -> str:
+        return str(self.root / "envs" / env_id)
+
+
+class ProcessHostsLauncher:
+    """A :class:`ProcessLauncher` (``engine``) over a fixed list of ``machines`` (folders under ``root``): ``launch``
+    starts an agent for the machine its request names, pointed at ``agent_url``; ``engine.launched`` and
+    ``engine.procs`` tell tests what ran."""
+
+    kind = "process"
+    advertise_host: str | None = "127.0.0.1"
+    shares_files = False
+
+    def __init__(self, root: Path, machines: int = 2) -> None:
+        self.engine = ProcessLauncher()
+        self._hosts = [ProcessHost(i, Path(root) / f"machine{i}") for i in range(machines)]
+        self._port = 0
+        self.on_machine: dict[str, int] = {}  # handle -> the machine it runs on
+        self.handles: dict[str, str] = {}  # environment id -> handle
+
+    async def prepare(self) -> None:
+        await self.engine.prepare()
+
+    async def poll(self, handles: Sequence[str]) -> dict[str, EnvStatus]:
+        return await self.engine.poll(handles)
+
+    async def stop(self, handle: str) -> None:
+        await self.engine.stop(handle)
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+    @property
+    def hosts(self) -> list[ProcessHost]:
+        return self._hosts
+
+    async def open(self, host: ProcessHost) -> object:
+        host.up = asyncio.Event()
+        return host.up
+
+    async def closed(self, host: ProcessHost, link: object) -> bool:
+        assert isinstance(link, asyncio.Event)
+        await link.wait()
+        return host.up is link
+
+    def connected(self, host: ProcessHost) -> bool:
+        return host.up is not None and not host.up.is_set()
+
+    def disconnect(self, host: ProcessHost) -> None:
+        if host.up is not None:
+            host.up.set()
+
+    def drop(self, host: ProcessHost) -> None:
+        self.disconnect(host)
+        host.up = None
+
+    async def setup(self, host: ProcessHost, port: int) -> dict[str, Any] | None:
+        (host.root / "envs").mkdir(parents=True, exist_ok=True)
+        self._port = port
+        return None
+
+    def agent_url(self, host: ProcessHost) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    def describe(self, host: ProcessHost) -> str:
+        return str(host.root)
+
+    async def launch(self, request: EnvRequest) -> str:
+        assert request.host is not None and request.url == self.agent_url(self._hosts[request.host])
+        handle = await self.engine.launch(request)
+        self.on_machine[handle] = request.host
+        self.handles[request.env_id] = handle
+        return handle
+
+    async def ended(self, handle: str) -> EnvStatus:
+        proc = self.engine.procs.get(handle)
+        if proc is None:
+            return EnvStatus("unknown")
+        while proc.poll() is None:
+            await asyncio.sleep(0.05)
+        code = proc.returncode
+        if code < 0:
+            return EnvStatus("ended", f"signal {-code}", killed=True)
+        return EnvStatus("ended", f"exit status {code}", exit_status=code)
+
+    def forget(self, handle: str) -> None:
+        pass
+
+    async def probe(self, host: ProcessHost, env_id: str, pid: int | None, timeout: float) -> int | None:
+        proc = self.engine.procs.get(self.handles.get(env_id, ""))
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    async def kill(self, host: ProcessHost, pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    async def log_tail(self, host: ProcessHost, env_id: str) -> str:
+        return ""
+
+    async def find_agents(self, host: ProcessHost) -> list[tuple[str, int]]:
+        return []
+
+    async def write_connect(self, host: ProcessHost, env_id: str, token: str) -> None:
+        pass
+
+    async def wake(self, host: ProcessHost, pids: Sequence[int]) -> None:
+        pass
+
+    def place(self, spec: TrialSpec, host: ProcessHost | None = None) -> TrialSpec:
+        return spec
+
+    def output_location(self, spec: TrialSpec, host: ProcessHost | None = None) -> str:
+        return f"{host.key}:{spec.output_dir}" if host is not None else str(spec.output_dir)
+
+
+class ProcessHostsService(ClusterService):
+    """The cluster service over :class:`ProcessHostsLauncher` (pass ``launcher=``)."""
+
+    platform = "process"
