@@ -6,6 +6,7 @@ import asyncio
 import http.client
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from nnix.agent.protocol import Hello, Kill, Message, encode
@@ -187,3 +188,25 @@ def test_messages_are_acknowledged_only_after_the_commit_that_holds_them() -> No
             await server.close()
 
     asyncio.run(main())
+
+
+def test_a_stable_port_is_below_the_ephemeral_range_and_a_plain_one_is_the_kernels() -> None:
+    """A cluster service's endpoint must get its port back on resume: outside the range the kernel hands out to
+    outgoing connections (and to port 0), no connection of this machine can take it while no manager runs."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+
+    async def ports() -> tuple[list[int], int]:
+        stable = [AgentServer(stable_port=True) for _ in range(3)]
+        plain = AgentServer()
+        for s in [*stable, plain]:
+            await s.start()
+        try:
+            return [s.port for s in stable], plain.port
+        finally:
+            for s in [*stable, plain]:
+                await s.close()
+
+    stable, plain = asyncio.run(ports())
+    assert all(10000 <= p < low for p in stable), (stable, low)
+    assert len(set(stable)) == 3  # each a free port of its own
+    assert plain >= low

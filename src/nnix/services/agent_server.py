@@ -36,10 +36,12 @@ import contextlib
 import hmac
 import json
 import logging
+import random
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -108,6 +110,18 @@ class _HttpError(Exception):
         self.message = message
 
 
+def _stable_candidates(tries: int = 32) -> list[int]:
+    """Ports to try for :attr:`AgentServer.stable_port`: random ones below the kernel's ephemeral range (Linux:
+    ``ip_local_port_range``, 32768-60999 by default), from 10000 up; none where that range leaves no room."""
+    low = 32768
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    if low <= 11000:
+        return []
+    rng = random.Random()
+    return [rng.randrange(10000, low) for _ in range(tries)]
+
+
 @dataclass(eq=False, repr=False, kw_only=True)
 class AgentServer:
     host: str = "127.0.0.1"
@@ -116,6 +130,10 @@ class AgentServer:
     heartbeat: float = 5.0
     poll_wait: float = 20.0
     clock: Callable[[], float] = time.monotonic
+    stable_port: bool = False
+    """With ``port`` 0: a free port outside the kernel's ephemeral range, so that while no manager listens (it
+    crashed, it is being resumed) no outgoing connection of this machine can take it before the resumed
+    manager listens on it again (cluster environments reconnect to that same port)."""
     _server: asyncio.Server | None = field(default=None, init=False)
     _envs: dict[str, Endpoint] = field(default_factory=dict, init=False)
     _writers: set[asyncio.StreamWriter] = field(default_factory=set, init=False)
@@ -123,8 +141,14 @@ class AgentServer:
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
+        if self.port == 0 and self.stable_port:
+            for candidate in _stable_candidates():
+                with contextlib.suppress(OSError):
+                    self._server = await asyncio.start_server(self._serve, self.host, candidate, limit=1 << 20)
+                    break
         try:
-            self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1 << 20)
+            if self._server is None:
+                self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1 << 20)
         except OSError as e:
             raise ServiceError(
                 f"cannot open the agent endpoint on {self.host}:{self.port}: {e}", "pick another port"

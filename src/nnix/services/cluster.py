@@ -110,7 +110,8 @@ class ClusterService(Configured, Machines):
     Subclasses set ``platform`` and implement ``make_launcher``; ``from_config`` does the rest.
 
     Resume: the agent endpoint's port and each environment's token and engine handle are kept in
-    ``<experiment dir>/cluster.json``. A resumed manager listens on the same port with the same tokens, so
+    ``<experiment dir>/cluster.json``. A resumed manager listens on the same port with the same tokens (a port
+    below the kernel's ephemeral range, so that no outgoing connection takes it while no manager runs), so
     the agents of the environments that kept running reconnect by themselves (they retry with backoff)
     and report the trials they still run; their metrics are neither lost nor duplicated (line indices).
     A trial whose environment ended meanwhile ends FAILED with the engine's reason.
@@ -238,7 +239,8 @@ class ClusterService(Configured, Machines):
         saved = self._load()
         port = self._port or int(saved.get("port") or 0)
         heartbeat = self._heartbeat_every
-        self._server = AgentServer(host=bind, port=port, heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
+        self._server = AgentServer(host=bind, port=port, heartbeat=heartbeat, poll_wait=20.0, clock=self._clock,
+                                   stable_port=True)
         try:
             await self._server.start()
         except ServiceError:
