@@ -9,6 +9,8 @@ import math
 from array import array
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Sequence, ValuesView
 from dataclasses import dataclass, field, fields
+from itertools import compress, repeat
+from operator import is_not
 from typing import Any
 
 from nnix.model.events import (
@@ -236,14 +238,26 @@ class ExperimentState:
         the head (or tail) of the trials with a final result sorted best first, ties in trial order. Only
         those trials are built (see :class:`TrialTable`)."""
         trials = self.trials
+        ids = list(trials)
         if isinstance(trials, TrialTable):
             values = trials.final_values()
         else:
-            values = [(tid, t.final_value) for tid, t in trials.items()]
-        sign = -1.0 if self.direction == "maximize" else 1.0
-        keyed = ((sign * v, i, tid) for i, (tid, v) in enumerate(values) if v is not None)
-        picked = sorted(heapq.nlargest(n, keyed)) if worst else heapq.nsmallest(n, keyed)
-        return [trials[tid] for _, _, tid in picked]
+            values = [math.nan if (v := t.final_value) is None else v for t in trials.values()]
+        # the n-th value first (floats only: no tuple per trial), then the trials up to it, in order (in C: a
+        # 100k-trial experiment ranks in milliseconds)
+        scored = [v for v in values if v == v]  # (NaN: no final result)
+        if n <= 0 or not scored:
+            return []
+        maximize = self.direction == "maximize"
+        low = maximize == worst  # the values picked are the lowest
+        cut = float((heapq.nsmallest if low else heapq.nlargest)(n, scored)[-1])
+        everyone = range(len(values))
+        inside = list(compress(everyone, map(cut.__gt__ if low else cut.__lt__, values)))
+        ties = list(compress(everyone, map(cut.__eq__, values)))
+        take = n - len(inside)  # ties at the cut: the first ones (best), the last ones (worst)
+        picked = inside + (ties[max(0, len(ties) - take):] if worst else ties[:take])
+        picked.sort(key=lambda i: (-values[i] if maximize else values[i], i))  # best first (worst: worst last)
+        return [trials[ids[i]] for i in picked]
 
     def limit(self, name: str) -> Any:
         return self.limits.get(name)
@@ -556,14 +570,18 @@ class TrialTable(dict[str, TrialState]):
         """The trials built so far (every running or waiting one among them), in order."""
         return [t for _, t in _slots(self) if type(t) is not int]
 
-    def final_values(self) -> list[tuple[str, float | None]]:
-        """(id, final value) of every trial, in order, without building any."""
+    def final_values(self) -> list[float]:
+        """The final value of every trial (NaN: none), in order, without building any."""
         src = self.source
+        nan = math.nan
         if src is None:
-            return [(tid, t.final_value) for tid, t in dict.items(self)]
-        finals = src.finals
-        return [(tid, (None if math.isnan(v := finals[t]) else v) if type(t) is int else t.final_value)
-                for tid, t in _slots(self)]
+            return [nan if (v := t.final_value) is None else v for t in dict.values(self)]
+        slots: list[Any] = list(dict.values(self))
+        values = src.finals.tolist()
+        values.extend([nan] * (len(slots) - len(values)))  # (trials created since the snapshot)
+        for i in compress(range(len(slots)), map(is_not, map(type, slots), repeat(int))):  # the built ones (in C)
+            values[i] = nan if (v := slots[i].final_value) is None else v
+        return values
 
     def __getitem__(self, key: str) -> TrialState:
         if self.source is None:
