@@ -341,6 +341,28 @@ def test_a_snapshot_opens_building_only_its_running_trials_and_each_other_at_its
     assert _canon(state) == _canon(fold(store.read()))
 
 
+def test_each_trial_lists_every_trial_without_building_the_snapshots_into_the_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full list (the API's) reads each trial a snapshot holds for the reader alone: the state keeps it unbuilt
+    (not held in memory), and what the reader sees is what a built trial says."""
+    from nnix.core import state as state_mod
+
+    store, _ = _snapshotted(tmp_path, monkeypatch)
+    state = state_mod.fold_store(store)
+    state.trials["t3"]  # one built: listed as it is
+    listed = list(state_mod.each_trial(state.trials))
+    assert [t.trial_id for t in listed] == [f"t{i}" for i in range(20)]
+    table = state.trials
+    assert isinstance(table, state_mod.TrialTable) and table.pending
+    unbuilt = [tid for tid in table if type(dict.__getitem__(table, tid)) is int]
+    assert len(unbuilt) == 14 and "t3" not in unbuilt and "t0" in unbuilt  # 20 less 5 running and t3
+    assert sorted(state.encoded) == ["t3"]  # nothing of the listed ones kept
+    assert listed[3] is table["t3"]
+    full = fold(store.read())
+    assert [(t.trial_id, t.status, t.params, t.final_value, t.metrics, list(t.inter_values)) for t in listed] == [
+        (t.trial_id, t.status, t.params, t.final_value, t.metrics, list(t.inter_values)) for t in full.trials.values()]
+
+
 def test_a_snapshot_written_again_encodes_only_the_trials_changed_since(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nnix.core import state as state_mod

@@ -481,7 +481,8 @@ class _Source:
     def series(self, i: int) -> bytes:
         return bytes(self.values[self.at[i] * 8:self.at[i + 1] * 8])
 
-    def build(self, i: int, rec: list[Any] | None = None, strict: bool = False) -> TrialState:
+    def build(self, i: int, rec: list[Any] | None = None, strict: bool = False, keep: bool = True) -> TrialState:
+        """Trial ``i`` (``keep=False``: for a reader only, not counted as built nor kept as encoded)."""
         try:
             raw = self.record(i)
             if rec is None:
@@ -491,11 +492,11 @@ class _Source:
         except SnapshotDamaged as e:
             if strict or self.trial_log is None:
                 raise
-            self.left -= 1
+            self.left -= keep
             return self.rebuild(i, e)
-        self.left -= 1
+        self.left -= keep
         t = _trial(rec, values, self.loader)
-        if t.status.is_terminal:
+        if keep and t.status.is_terminal:
             self.encoded[t.trial_id] = (raw, self.finals[i])
         return t
 
@@ -627,6 +628,22 @@ class TrialTable(dict[str, TrialState]):
     def __repr__(self) -> str:
         self.build_all()
         return dict.__repr__(self)
+
+
+def each_trial(trials: dict[str, TrialState]) -> Iterator[TrialState]:
+    """Every trial of ``trials`` as listed now, in order, without building the ones a snapshot holds into the
+    state: each is built for the caller alone and let go (a full list of 100k trials thus holds one at a
+    time, not all). Read only: a change goes through the state (``trials[id]``)."""
+    src = trials.source if isinstance(trials, TrialTable) else None
+    if src is None:
+        yield from list(trials.values())
+        return
+    for tid, t in list(_slots(trials)):
+        if type(t) is int:
+            now = _slot(trials, tid)  # (built meanwhile: a reader runs across awaits)
+            yield src.build(t, keep=False) if type(now) is int else now
+        else:
+            yield t
 
 
 def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
