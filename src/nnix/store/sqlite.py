@@ -105,14 +105,17 @@ _held: dict[str, int] = {}
 _held_lock = threading.Lock()
 
 
-def _hold(path: Path, delta: int) -> None:
-    key = os.path.realpath(path)
+def _count(counts: dict[Any, int], key: Any, delta: int) -> None:
     with _held_lock:
-        n = _held.get(key, 0) + delta
+        n = counts.get(key, 0) + delta
         if n > 0:
-            _held[key] = n
+            counts[key] = n
         else:
-            _held.pop(key, None)
+            counts.pop(key, None)
+
+
+def _hold(path: Path, delta: int) -> None:
+    _count(_held, os.path.realpath(path), delta)
 
 
 def _is_held(path: Path) -> bool:
@@ -126,12 +129,7 @@ _pinned: dict[tuple[str, int], int] = {}
 
 
 def _pin(key: tuple[str, int], delta: int) -> None:
-    with _held_lock:
-        n = _pinned.get(key, 0) + delta
-        if n > 0:
-            _pinned[key] = n
-        else:
-            _pinned.pop(key, None)
+    _count(_pinned, key, delta)
 
 
 class _Mismatch(Exception):
