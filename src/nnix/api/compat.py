@@ -289,8 +289,8 @@ def routes(ctx: ApiContext) -> list[Route]:
             return trial_info(t, final, m.exp_dir)
 
         def build() -> bytes:
-            trials = [t for t in each_trial(m.state.trials) if not status or t.status.value == status]
-            return b"[" + b",".join(ctx.views.compat(t, info) for t in trials) + b"]"
+            trials = (t for t in each_trial(m.state.trials) if not status or t.status.value == status)
+            return b"[" + b",".join([ctx.views.compat(t, info) for t in trials]) + b"]"
 
         # one build per state version, shared by every client polling it
         return JSON(ctx.views.listing("trial-jobs", (id(m.state), m.state.last_seq, status), build))

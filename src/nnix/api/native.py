@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -194,9 +195,9 @@ def routes(ctx: ApiContext) -> list[Route]:
             missing = [i for i in wanted if i not in m.state.trials]
             if missing:
                 raise ApiError(404, f"no trial {', '.join(missing[:5])}")
-            trials = [m.state.trials[i] for i in wanted]
+            trials: Iterable[TrialState] = [m.state.trials[i] for i in wanted]
         else:
-            trials = list(each_trial(m.state.trials))
+            trials = each_trial(m.state.trials)  # (one at a time)
         def build(t: TrialState, _: Any) -> bytes | None:
             xs, ys = ctx.views.curve(t, key)
             return curve_json(t.trial_id, *downsample(xs, ys, max_points)) if xs else None

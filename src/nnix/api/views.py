@@ -18,7 +18,7 @@ from typing import Any
 
 from nnix.api.common import ApiError, dumps, ms
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState, each_trial
+from nnix.core.state import Metric, TrialState, each_trial, each_trial_or_known
 from nnix.model.metrics import scalar_value
 from nnix.model.status import MetricType, TrialStatus
 from nnix.version import __version__
@@ -214,8 +214,10 @@ class TrialViews:
         return data
 
     def all(self) -> list[TrialView]:
-        """Every trial's view, in order (a trial a snapshot holds is not built into the state for it)."""
-        return [self._entry(t) for t in each_trial(self.manager.state.trials)]
+        """Every trial's view, in order. A trial a snapshot holds is not built into the state for it: it is read
+        for its first view, which then serves as it is (nothing changed that trial, or it would be built)."""
+        return [t if isinstance(t, TrialView) else self._entry(t)
+                for t in each_trial_or_known(self.manager.state.trials, self._cache)]
 
 
 # --- the trial-list query ------------------------------------------------------------------------

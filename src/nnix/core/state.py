@@ -7,11 +7,11 @@ import json
 import logging
 import math
 from array import array
-from collections.abc import Callable, ItemsView, Iterable, Iterator, Sequence, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field, fields
 from itertools import compress, repeat
 from operator import is_not
-from typing import Any
+from typing import Any, TypeVar
 
 from nnix.model.events import (
     DataImported,
@@ -34,6 +34,7 @@ from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialS
 from nnix.store.base import Part, Snapshot, SnapshotDamaged, Store, Stored
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _METRIC_TYPES = {m.value: m for m in MetricType}
 MAX_WARNINGS_KEPT = 20  # messages kept per trial (the count counts them all)
@@ -634,6 +635,12 @@ def each_trial(trials: dict[str, TrialState]) -> Iterator[TrialState]:
     """Every trial of ``trials`` as listed now, in order, without building the ones a snapshot holds into the
     state: each is built for the caller alone and let go (a full list of 100k trials thus holds one at a
     time, not all). Read only: a change goes through the state (``trials[id]``)."""
+    return each_trial_or_known(trials, {})
+
+
+def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T]) -> Iterator[TrialState | _T]:
+    """:func:`each_trial`, but a trial not built yet whose id is in ``known`` is given as ``known[id]`` (what the
+    caller made of it before: nothing changed it since, or it would be built) instead of being read again."""
     src = trials.source if isinstance(trials, TrialTable) else None
     if src is None:
         yield from list(trials.values())
@@ -641,7 +648,12 @@ def each_trial(trials: dict[str, TrialState]) -> Iterator[TrialState]:
     for tid, t in list(_slots(trials)):
         if type(t) is int:
             now = _slot(trials, tid)  # (built meanwhile: a reader runs across awaits)
-            yield src.build(t, keep=False) if type(now) is int else now
+            if type(now) is not int:
+                yield now
+            elif (hit := known.get(tid)) is not None:
+                yield hit
+            else:
+                yield src.build(t, keep=False)
         else:
             yield t
 
