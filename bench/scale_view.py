@@ -181,7 +181,7 @@ def main() -> None:
                  f"s.append([StatusChanged(ExperimentStatus.DONE, 'again')]); st = fold_store(s, st)\n"
                  f"t = time.perf_counter(); snap = snapshot_of(st); c = time.perf_counter() - t\n"
                  f"t = time.perf_counter(); s.snapshot_writer().write_snapshot(snap); d = time.perf_counter() - t\n"
-                 f"print(f'{{a:.2f}} {{b:.2f}} {{c:.2f}} {{d:.2f}} {{len(snap.body)}}')")
+                 f"print(f'{{a:.2f}} {{b:.2f}} {{c:.2f}} {{d:.2f}} {{len(snap.body) + sum(len(p) for p in snap.parts)}}')")
     _, snap_rss, out = child(snap_code, env)
     fold_s, write_s, encode_s, thread_s, size = out.split()
     print(f"full fold with series left in the store: {fold_s} s, peak RSS {snap_rss:.0f} MB; snapshot written "

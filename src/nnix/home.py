@@ -11,7 +11,7 @@ import json
 import os
 import secrets
 import string
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from nnix.core.state import SERIES_KINDS, ExperimentState, Metric, fold, fold_st
 from nnix.errors import ExperimentNotFoundError
 from nnix.model.status import ExperimentStatus
 from nnix.paths import home as home
+from nnix.store.base import Stored
 from nnix.store.sqlite import SqliteStore
 
 ID_CHARS = string.ascii_lowercase + string.digits
@@ -129,9 +130,13 @@ class StoreSeries:
         self.store: SqliteStore | None = None
 
     def __call__(self, trial_id: str) -> list[Metric]:
+        return series(self.read_trial(trial_id, SERIES_KINDS))
+
+    def read_trial(self, trial_id: str, kinds: Collection[str]) -> list[Stored]:
+        """The trial's events of ``kinds`` (what :func:`fold_store` rebuilds a damaged snapshot trial from)."""
         if self.store is None:
             self.store = SqliteStore(self.path, create=False)
-        return series(self.store.read_trial(trial_id, SERIES_KINDS))
+        return self.store.read_trial(trial_id, kinds)
 
 
 def read_state(exp_dir: Path, summary: bool = False) -> ExperimentState:

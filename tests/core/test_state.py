@@ -180,9 +180,10 @@ def test_a_snapshot_that_does_not_match_is_rebuilt_from_the_log(tmp_path: Path, 
         state_mod.write_snapshot(store, lie)
         db = sqlite3.connect(tmp_path / "s.sqlite")
         if damage == "body":  # bytes changed on disk, the checksum not
-            body = db.execute("SELECT body FROM snapshot_chunk").fetchone()[0]
-            assert b'"x":1' in body
-            db.execute("UPDATE snapshot_chunk SET body = ?", (body.replace(b'"x":1', b'"x":7'),))
+            body = db.execute("SELECT body FROM snapshot_chunk WHERE n = 0").fetchone()[0]
+            assert b'"trial_concurrency":2' in body
+            db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = 0",
+                       (body.replace(b'"trial_concurrency":2', b'"trial_concurrency":7'),))
         elif damage == "checksum":
             db.execute("UPDATE snapshot SET checksum = checksum + 1")
         else:  # the event the snapshot was taken at is not the one there now (another log under it)
@@ -191,6 +192,80 @@ def test_a_snapshot_that_does_not_match_is_rebuilt_from_the_log(tmp_path: Path, 
         db.close()
     assert store.read_snapshot() is None or damage in ("version", "seq")
     assert _canon(state_mod.fold_store(store)) == _canon(state_mod.fold(store.read()))
+
+
+@pytest.mark.parametrize("part", ["records", "series", "gone"])
+def test_a_damaged_piece_of_a_snapshot_part_is_found_when_read_and_its_trials_rebuilt_from_the_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, part: str) -> None:
+    """The records and intermediate values are parts checked a chunk at a time when read: the snapshot still
+    opens, and a trial whose chunk is damaged (or gone) is folded from its own events in the log when read."""
+    import sqlite3
+
+    from nnix.core import state as state_mod
+    from nnix.store import sqlite as sqlite_mod
+    from nnix.store.sqlite import SqliteStore
+
+    monkeypatch.setattr(sqlite_mod, "PART_CHUNK", 64)
+    store = SqliteStore(tmp_path / "s.sqlite")
+    _started(store)
+    _busy_log(store, range(0, 12))
+    state_mod.write_snapshot(store, state_mod.fold_store(store))
+    db = sqlite3.connect(tmp_path / "s.sqlite")
+    chunks = db.execute("SELECT n, body FROM snapshot_chunk ORDER BY n").fetchall()
+    if part == "records":  # a chunk of t8's record: a byte changed, its CRC not
+        snap = store.read_snapshot()
+        assert snap is not None
+        records = snap.parts[0]
+        n = records.first + records[0:len(records)].index(b'["t8",') // 64  # type: ignore[attr-defined]
+        body = dict(chunks)[n]
+        db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = ?", (body[:-1] + bytes([body[-1] ^ 1]), n))
+    else:  # the chunk of the last intermediate values (t11's among them)
+        n = chunks[-1][0]
+        if part == "series":
+            db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = ?", (b"\x01" * len(chunks[-1][1]), n))
+        else:
+            db.execute("DELETE FROM snapshot_chunk WHERE n = ?", (n,))
+    db.commit()
+    db.close()
+    full = fold(store.read())
+    state = state_mod.fold_store(store)
+    assert state.snapshot_seq == state.last_seq  # opened from the snapshot: its body is whole
+    assert _canon(state) == _canon(full)  # every trial read: the damaged ones from the log
+    assert "rebuilt from its events in the log" in caplog.text
+    state_mod.write_snapshot(store, state)  # the next snapshot is whole again
+    caplog.clear()
+    again = state_mod.fold_store(store)
+    assert _canon(again) == _canon(full) and "rebuilt" not in caplog.text
+
+
+def test_a_snapshot_part_is_read_only_where_a_trial_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a snapshot of ended trials reads its body only: ranking them reads the ranked trials' chunks."""
+    from nnix.core import state as state_mod
+    from nnix.store import sqlite as sqlite_mod
+    from nnix.store.sqlite import SqliteStore
+
+    monkeypatch.setattr(sqlite_mod, "PART_CHUNK", 256)
+    store = SqliteStore(tmp_path / "s.sqlite")
+    _started(store)
+    _busy_log(store, range(0, 40))
+    store.append([TrialEnded(f"t{i}", TrialStatus.FAILED, 1) for i in range(1, 40, 4)])
+    state_mod.write_snapshot(store, state_mod.fold_store(store))
+    read: list[int] = []
+    real = sqlite_mod._Part._read
+
+    def spy(self: Any, a: int, b: int) -> list[bytes]:
+        read.extend(self.first + k for k in range(a, b + 1) if k not in self._cache)
+        return real(self, a, b)
+
+    monkeypatch.setattr(sqlite_mod._Part, "_read", spy)
+    snap = store.read_snapshot()
+    assert snap is not None and len(snap.parts) == 2
+    total = sum(len(p.crcs) for p in snap.parts)  # type: ignore[attr-defined]
+    state = state_mod.fold_store(store)
+    assert read == [] and total > 30
+    assert [t.trial_id for t in state.ranked(2)] == ["t0", "t2"]
+    assert 0 < len(read) <= 8  # two records and two series, each in one chunk or two
+    assert _canon(state) == _canon(fold(store.read()))
 
 
 def test_kill_9_during_a_snapshot_write_keeps_the_last_one_and_loses_no_event(tmp_path: Path) -> None:
@@ -264,6 +339,28 @@ def test_a_snapshot_opens_building_only_its_running_trials_and_each_other_at_its
     assert [t.trial_id for t in state.ranked(2)] == ["t0", "t2"] and len(built) == 9  # minimize: 0.0 then 2.0
     assert state.count(TrialStatus.SUCCEEDED) == 15 and len(built) == 20  # every trial: all built, once
     assert _canon(state) == _canon(fold(store.read()))
+
+
+def test_each_trial_lists_every_trial_without_building_the_snapshots_into_the_state(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full list (the API's) reads each trial a snapshot holds for the reader alone: the state keeps it unbuilt
+    (not held in memory), and what the reader sees is what a built trial says."""
+    from nnix.core import state as state_mod
+
+    store, _ = _snapshotted(tmp_path, monkeypatch)
+    state = state_mod.fold_store(store)
+    state.trials["t3"]  # one built: listed as it is
+    listed = list(state_mod.each_trial(state.trials))
+    assert [t.trial_id for t in listed] == [f"t{i}" for i in range(20)]
+    table = state.trials
+    assert isinstance(table, state_mod.TrialTable) and table.pending
+    unbuilt = [tid for tid in table if type(dict.__getitem__(table, tid)) is int]
+    assert len(unbuilt) == 14 and "t3" not in unbuilt and "t0" in unbuilt  # 20 less 5 running and t3
+    assert sorted(state.encoded) == ["t3"]  # nothing of the listed ones kept
+    assert listed[3] is table["t3"]
+    full = fold(store.read())
+    assert [(t.trial_id, t.status, t.params, t.final_value, t.metrics, list(t.inter_values)) for t in listed] == [
+        (t.trial_id, t.status, t.params, t.final_value, t.metrics, list(t.inter_values)) for t in full.trials.values()]
 
 
 def test_a_snapshot_written_again_encodes_only_the_trials_changed_since(

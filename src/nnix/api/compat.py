@@ -25,7 +25,7 @@ from nnix.api.jsonstream import JSONStream
 from nnix.api.views import TrialView
 from nnix.config import ExperimentConfig
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState
+from nnix.core.state import Metric, TrialState, each_trial
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
 from nnix.model.status import MetricType, TrialStatus
@@ -298,8 +298,8 @@ def routes(ctx: ApiContext) -> list[Route]:
             return trial_info(t, final, m.exp_dir)
 
         def build() -> bytes:
-            trials = [t for t in m.state.trials.values() if not status or t.status.value == status]
-            return b"[" + b",".join(ctx.views.compat(t, info) for t in trials) + b"]"
+            trials = (t for t in each_trial(m.state.trials) if not status or t.status.value == status)
+            return b"[" + b",".join([ctx.views.compat(t, info) for t in trials]) + b"]"
 
         # one build per state version, shared by every client polling it
         return JSON(ctx.views.listing("trial-jobs", (id(m.state), m.state.last_seq, status), build))
@@ -338,7 +338,7 @@ def routes(ctx: ApiContext) -> list[Route]:
     async def metric_data(request: Request) -> Response:
         tid = request.path_params.get("id")
         mtype = _mtype(request)
-        trials = [trial_or_404(ctx, tid)] if tid else list(m.state.trials.values())
+        trials: Iterable[TrialState] = [trial_or_404(ctx, tid)] if tid else each_trial(m.state.trials)
         # the trials are listed now, each series copied when the stream reaches it (it grows meanwhile; an
         # ended trial's is read from the store then), encoded a slice at a time
         return JSONStream(_records(((t, list(t.metrics)) for t in trials), mtype))
@@ -360,7 +360,7 @@ def routes(ctx: ApiContext) -> list[Route]:
                 yield from metric_records(t, picked)
                 yield None
 
-        return JSONStream(latest((t, list(t.metrics)) for t in list(m.state.trials.values())))
+        return JSONStream(latest((t, list(t.metrics)) for t in each_trial(m.state.trials)))
 
     @route.get("/metric-data-range/{min}/{max}")
     async def metric_data_range(request: Request) -> Response:
@@ -368,13 +368,13 @@ def routes(ctx: ApiContext) -> list[Route]:
             lo, hi = int(request.path_params["min"]), int(request.path_params["max"])
         except ValueError as e:
             raise ApiError(400, "min_seq_id and max_seq_id must be integers") from e
-        trials = [t for t in m.state.trials.values() if lo <= t.sequence_id <= hi]
+        trials = (t for t in each_trial(m.state.trials) if lo <= t.sequence_id <= hi)
         return JSONStream(_records(((t, list(t.metrics)) for t in trials), None))
 
     @route.get("/job-statistics")
     async def job_statistics(_: Request) -> Response:
         counts: dict[str, int] = {}
-        for t in m.state.trials.values():
+        for t in each_trial(m.state.trials):
             counts[t.status.value] = counts.get(t.status.value, 0) + 1
         return JSON([{"trialJobStatus": k, "trialJobNumber": v} for k, v in counts.items()])
 
@@ -386,7 +386,7 @@ def routes(ctx: ApiContext) -> list[Route]:
                 return None
             return dumps({"parameter": s["params"], "value": value_json(s["final"]), "trialJobId": s["id"]})
 
-        rows = [ctx.views.fragment(t, "export", None, row) for t in m.state.trials.values()]
+        rows = [ctx.views.fragment(t, "export", None, row) for t in each_trial(m.state.trials)]
         return JSON(b"[" + b",".join(r for r in rows if r is not None) + b"]")
 
     @route.post("/experiment/import-data")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from nnix.api.jsonstream import JSONStream
 from nnix.api.openapi import document
 from nnix.api.sse import EventStreamResponse
 from nnix.api.views import TrialQuery, overview
-from nnix.core.state import Metric, TrialState
+from nnix.core.state import Metric, TrialState, each_trial
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
 from nnix.model.status import MetricType
@@ -206,9 +207,9 @@ def routes(ctx: ApiContext) -> list[Route]:
             missing = [i for i in wanted if i not in m.state.trials]
             if missing:
                 raise ApiError(404, f"no trial {', '.join(missing[:5])}")
-            trials = [m.state.trials[i] for i in wanted]
+            trials: Iterable[TrialState] = [m.state.trials[i] for i in wanted]
         else:
-            trials = list(m.state.trials.values())
+            trials = each_trial(m.state.trials)  # (one at a time)
         def build(t: TrialState, _: Any) -> bytes | None:
             xs, ys = ctx.views.curve(t, key)
             return curve_json(t.trial_id, *downsample(xs, ys, max_points)) if xs else None

@@ -13,11 +13,12 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from nnix.api.common import ApiError, dumps, ms
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState
+from nnix.core.state import Metric, TrialState, each_trial, each_trial_or_known
 from nnix.model.metrics import scalar_value
 from nnix.model.status import MetricType, TrialStatus
 from nnix.version import __version__
@@ -188,14 +189,12 @@ class TrialViews:
         a chunk at a time so the loop keeps serving meanwhile."""
         import asyncio
 
-        trials = self.manager.state.trials
-        ids = list(trials)  # by id: a trial a snapshot holds is built here, a chunk at a time (not all at once)
+        # a trial a snapshot holds is read for its summary and let go (not built into the state)
+        trials = each_trial(self.manager.state.trials)
         try:
-            for i in range(0, len(ids), chunk):
-                for tid in ids[i:i + chunk]:
-                    t = trials.get(tid)
-                    if t is not None:
-                        self._entry(t)
+            while batch := list(islice(trials, chunk)):
+                for t in batch:
+                    self._entry(t)
                 await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
@@ -215,7 +214,10 @@ class TrialViews:
         return data
 
     def all(self) -> list[TrialView]:
-        return [self._entry(t) for t in self.manager.state.trials.values()]
+        """Every trial's view, in order. A trial a snapshot holds is not built into the state for it: it is read
+        for its first view, which then serves as it is (nothing changed that trial, or it would be built)."""
+        return [t if isinstance(t, TrialView) else self._entry(t)
+                for t in each_trial_or_known(self.manager.state.trials, self._cache)]
 
 
 # --- the trial-list query ------------------------------------------------------------------------

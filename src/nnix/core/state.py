@@ -7,16 +7,19 @@ import json
 import logging
 import math
 from array import array
-from collections.abc import Callable, ItemsView, Iterable, Iterator, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field, fields
-from typing import Any
+from itertools import compress, repeat
+from operator import is_not
+from typing import Any, TypeVar
 
 from nnix.model import events as ev
 from nnix.model.metrics import scalar_value
 from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
-from nnix.store.base import Snapshot, Store, Stored
+from nnix.store.base import Part, Snapshot, SnapshotDamaged, Store, Stored
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _METRIC_TYPES = {m.value: m for m in MetricType}
 MAX_WARNINGS_KEPT = 20  # messages kept per trial (the count counts them all)
@@ -179,6 +182,8 @@ class ExperimentState:
         # dropped when one changes
         self.encoded: dict[str, tuple[bytes, float]] = {}
         self.snapshot_seq = 0  # the seq of the store's snapshot this state was read from or last written at
+        # a trial's events in the store (set by fold_store): rebuilds a trial whose snapshot bytes are damaged
+        self.trial_log: Callable[[str], list[Stored]] | None = None
 
     # --- derived views -----------------------------------------------------------------------
     def elapsed(self, now: float | None = None) -> float:
@@ -219,14 +224,26 @@ class ExperimentState:
         the head (or tail) of the trials with a final result sorted best first, ties in trial order. Only
         those trials are built (see :class:`TrialTable`)."""
         trials = self.trials
+        ids = list(trials)
         if isinstance(trials, TrialTable):
             values = trials.final_values()
         else:
-            values = [(tid, t.final_value) for tid, t in trials.items()]
-        sign = -1.0 if self.direction == "maximize" else 1.0
-        keyed = ((sign * v, i, tid) for i, (tid, v) in enumerate(values) if v is not None)
-        picked = sorted(heapq.nlargest(n, keyed)) if worst else heapq.nsmallest(n, keyed)
-        return [trials[tid] for _, _, tid in picked]
+            values = [math.nan if (v := t.final_value) is None else v for t in trials.values()]
+        # the n-th value first (floats only: no tuple per trial), then the trials up to it, in order (in C: a
+        # 100k-trial experiment ranks in milliseconds)
+        scored = [v for v in values if v == v]  # (NaN: no final result)
+        if n <= 0 or not scored:
+            return []
+        maximize = self.direction == "maximize"
+        low = maximize == worst  # the values picked are the lowest
+        cut = float((heapq.nsmallest if low else heapq.nlargest)(n, scored)[-1])
+        everyone = range(len(values))
+        inside = list(compress(everyone, map(cut.__gt__ if low else cut.__lt__, values)))
+        ties = list(compress(everyone, map(cut.__eq__, values)))
+        take = n - len(inside)  # ties at the cut: the first ones (best), the last ones (worst)
+        picked = inside + (ties[max(0, len(ties) - take):] if worst else ties[:take])
+        picked.sort(key=lambda i: (-values[i] if maximize else values[i], i))  # best first (worst: worst last)
+        return [trials[ids[i]] for i in picked]
 
     def limit(self, name: str) -> Any:
         return self.limits.get(name)
@@ -381,9 +398,11 @@ def fold(events: Iterable[Stored], state: ExperimentState | None = None) -> Expe
 
 
 SERIES_KINDS = ("MetricReported", "TrialRequeued")
-# of the format below: a snapshot in another one (version 1 was one JSON document of every trial, decoded at once)
-# is rebuilt from the log
-SNAPSHOT_VERSION = 2
+TRIAL_KINDS = ("TrialCreated", "TrialStarted", "MetricReported", "TrialCancelRequested", "TrialEnded", "TrialRequeued",
+               "TrialWarning")  # every event about one trial
+# of the format below: a snapshot in another one is rebuilt from the log (version 1 was one JSON document of every
+# trial, decoded at once; 2 one body checked whole, its records and intermediate values within)
+SNAPSHOT_VERSION = 3
 _EXPERIMENT_SKIP = ("trials", "loader", "status")
 _STATUSES = {s.value: s for s in TrialStatus}
 
@@ -420,34 +439,66 @@ def _trial(rec: list[Any], values: array[float], loader: Callable[[str], list[Me
         values, loader)
 
 
+def _whole(part: Part) -> bytes:
+    return bytes(part[0:len(part)])
+
+
 class _Source:
     """The undecoded trials of a snapshot: ``records`` is a JSON array of them, record ``i`` its bytes
     ``1 + starts[i]:starts[i + 1]`` (then a comma or the closing bracket); its intermediate values are
-    ``values[at[i]:at[i + 1]]`` (``values``: raw doubles, 8 bytes each)."""
+    ``values[at[i]:at[i + 1]]`` (``values``: raw doubles, 8 bytes each). ``records`` and ``values`` are the
+    snapshot's parts: a store may read them a piece at a time, checking each piece then; a trial whose
+    piece is damaged (:class:`SnapshotDamaged`) is rebuilt from its events in the log (``trial_log``)."""
 
-    __slots__ = ("at", "encoded", "finals", "left", "loader", "records", "starts", "values")
+    __slots__ = ("at", "encoded", "finals", "ids", "left", "loader", "records", "starts", "trial_log", "values")
 
-    def __init__(self, records: memoryview, starts: array[int], finals: array[float], at: array[int],
-                 values: memoryview, loader: Callable[[str], list[Metric]] | None,
-                 encoded: dict[str, tuple[bytes, float]]) -> None:
-        self.records, self.starts, self.finals, self.at, self.values = records, starts, finals, at, values
-        self.loader = loader
+    def __init__(self, ids: list[str], records: Part, starts: array[int], finals: array[float], at: array[int],
+                 values: Part, loader: Callable[[str], list[Metric]] | None,
+                 encoded: dict[str, tuple[bytes, float]], trial_log: Callable[[str], list[Stored]] | None) -> None:
+        self.ids, self.records, self.starts, self.finals = ids, records, starts, finals
+        self.at, self.values = at, values
+        self.loader, self.trial_log = loader, trial_log
         self.encoded = encoded  # (the state's: an ended trial built keeps its record as encoded)
         self.left = len(finals)  # trials not built yet
 
     def record(self, i: int) -> bytes:
         return bytes(self.records[1 + self.starts[i]:self.starts[i + 1]])
 
-    def build(self, i: int, rec: list[Any] | None = None) -> TrialState:
-        raw = self.record(i)
-        if rec is None:
-            rec = json.loads(raw)
-        values = array("d")
-        values.frombytes(self.values[self.at[i] * 8:self.at[i + 1] * 8])
-        self.left -= 1
+    def series(self, i: int) -> bytes:
+        return bytes(self.values[self.at[i] * 8:self.at[i + 1] * 8])
+
+    def build(self, i: int, rec: list[Any] | None = None, strict: bool = False, keep: bool = True) -> TrialState:
+        """Trial ``i`` (``keep=False``: for a reader only, not counted as built nor kept as encoded)."""
+        try:
+            raw = self.record(i)
+            if rec is None:
+                rec = json.loads(raw)
+            values = array("d")
+            values.frombytes(self.series(i))
+        except SnapshotDamaged as e:
+            if strict or self.trial_log is None:
+                raise
+            self.left -= keep
+            return self.rebuild(i, e)
+        self.left -= keep
         t = _trial(rec, values, self.loader)
-        if t.status.is_terminal:
+        if keep and t.status.is_terminal:
             self.encoded[t.trial_id] = (raw, self.finals[i])
+        return t
+
+    def rebuild(self, i: int, why: Exception) -> TrialState:
+        """Trial ``i`` folded from its own events in the log (nothing touched it since the snapshot: it would
+        have been built then). Not kept as encoded: the next snapshot encodes it again."""
+        tid = self.ids[i]
+        log.warning("the snapshot's bytes of trial %s do not match (%s): rebuilt from its events in the log",
+                    tid, why)
+        assert self.trial_log is not None
+        scratch = ExperimentState(loader=self.loader)
+        for s in self.trial_log(tid):
+            scratch.apply(s)
+        t = scratch.trials[tid]
+        if self.loader is not None and t.status.is_terminal:
+            t.held = None  # (served from the store, as the fold does for an ended trial)
         return t
 
 
@@ -493,24 +544,31 @@ class TrialTable(dict[str, TrialState]):
         src = self.source
         if src is None:
             return
-        recs = json.loads(bytes(src.records))
+        try:
+            recs: list[Any] | None = json.loads(_whole(src.records))
+        except SnapshotDamaged:  # each trial then, its own piece checked (a damaged one rebuilt from the log)
+            recs = None
         for tid, i in list(_slots(self)):
             if type(i) is int:
-                dict.__setitem__(self, tid, src.build(i, recs[i]))
+                dict.__setitem__(self, tid, src.build(i, None if recs is None else recs[i]))
         self.source = None
 
     def built(self) -> list[TrialState]:
         """The trials built so far (every running or waiting one among them), in order."""
         return [t for _, t in _slots(self) if type(t) is not int]
 
-    def final_values(self) -> list[tuple[str, float | None]]:
-        """(id, final value) of every trial, in order, without building any."""
+    def final_values(self) -> list[float]:
+        """The final value of every trial (NaN: none), in order, without building any."""
         src = self.source
+        nan = math.nan
         if src is None:
-            return [(tid, t.final_value) for tid, t in dict.items(self)]
-        finals = src.finals
-        return [(tid, (None if math.isnan(v := finals[t]) else v) if type(t) is int else t.final_value)
-                for tid, t in _slots(self)]
+            return [nan if (v := t.final_value) is None else v for t in dict.values(self)]
+        slots: list[Any] = list(dict.values(self))
+        values = src.finals.tolist()
+        values.extend([nan] * (len(slots) - len(values)))  # (trials created since the snapshot)
+        for i in compress(range(len(slots)), map(is_not, map(type, slots), repeat(int))):  # the built ones (in C)
+            values[i] = nan if (v := slots[i].final_value) is None else v
+        return values
 
     def __getitem__(self, key: str) -> TrialState:
         if self.source is None:
@@ -558,12 +616,40 @@ class TrialTable(dict[str, TrialState]):
         return dict.__repr__(self)
 
 
-def encode_snapshot(state: ExperimentState) -> bytes:
-    """``state`` as snapshot bytes: a small JSON head (the experiment, its trial ids, section sizes), then the
-    trials' records (a JSON array; their byte offsets follow, so one can be decoded alone), their final values
-    and the offsets of their intermediate values (raw), and the finite intermediate values as raw doubles.
-    Only running and waiting trials take their series with them: an ended trial's is read from the store when
-    asked for (``loader``). A trial not changed since it was last encoded or decoded is not encoded again."""
+def each_trial(trials: dict[str, TrialState]) -> Iterator[TrialState]:
+    """Every trial of ``trials`` as listed now, in order, without building the ones a snapshot holds into the
+    state: each is built for the caller alone and let go (a full list of 100k trials thus holds one at a
+    time, not all). Read only: a change goes through the state (``trials[id]``)."""
+    return each_trial_or_known(trials, {})
+
+
+def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T]) -> Iterator[TrialState | _T]:
+    """:func:`each_trial`, but a trial not built yet whose id is in ``known`` is given as ``known[id]`` (what the
+    caller made of it before: nothing changed it since, or it would be built) instead of being read again."""
+    src = trials.source if isinstance(trials, TrialTable) else None
+    if src is None:
+        yield from list(trials.values())
+        return
+    for tid, t in list(_slots(trials)):
+        if type(t) is int:
+            now = _slot(trials, tid)  # (built meanwhile: a reader runs across awaits)
+            if type(now) is not int:
+                yield now
+            elif (hit := known.get(tid)) is not None:
+                yield hit
+            else:
+                yield src.build(t, keep=False)
+        else:
+            yield t
+
+
+def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
+    """``state`` as snapshot bytes: the body, a small JSON head (the experiment, its trial ids, section sizes) then
+    the trial ids, the byte offsets of their records, their final values and the offsets of their intermediate
+    values (raw); and two parts, read only where needed: the trials' records (a JSON array: one can be decoded
+    alone) and their finite intermediate values as raw doubles. Only running and waiting trials take their
+    series with them: an ended trial's is read from the store when asked for (``loader``). A trial not changed
+    since it was last encoded or decoded is not encoded again (nor, not built yet, read: its bytes are copied)."""
     head: dict[str, Any] = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in _EXPERIMENT_SKIP}
     head["status"] = state.status.value
     trials = state.trials
@@ -574,57 +660,114 @@ def encode_snapshot(state: ExperimentState) -> bytes:
     pieces: list[bytes] = []
     starts, finals, at, values = array("q", [0]), array("d"), array("q", [0]), array("d")
     pos, nan = 0, math.nan
-    for n, (tid, t) in enumerate(_slots(trials)):
-        ids.append(tid)
-        if type(t) is int:  # not built yet: its bytes as the snapshot holds them
-            assert src is not None
-            rec, final = src.record(t), src.finals[t]
-            values.frombytes(src.values[src.at[t] * 8:src.at[t + 1] * 8])
-        else:
-            hit = cache.get(tid)
-            if hit is None:
-                value = t.final_value
-                hit = (_record(t), nan if value is None else value)
-                if t.status.is_terminal:
-                    cache[tid] = hit
-                else:
-                    active.append(n)
-            rec, final = hit
-            values.extend(t.inter_values)
+    run: list[tuple[str, int]] = []  # trials not built yet, one after the other in the snapshot: copied at once
+
+    def put(rec: bytes, final: float, series: Iterable[float] | bytes) -> None:
+        nonlocal pos
         pieces.append(rec)
         pos += len(rec) + 1
         starts.append(pos)
         finals.append(final)
+        if isinstance(series, bytes):
+            values.frombytes(series)
+        else:
+            values.extend(series)
         at.append(len(values))
-    records = b"[" + b",".join(pieces) + b"]"
+
+    def built(tid: str, t: TrialState) -> None:
+        hit = cache.get(tid)
+        if hit is None:
+            value = t.final_value
+            hit = (_record(t), nan if value is None else value)
+            if t.status.is_terminal:
+                cache[tid] = hit
+            else:
+                active.append(len(ids) - 1)
+        put(hit[0], hit[1], t.inter_values)
+
+    def flush() -> None:
+        nonlocal pos
+        if not run:
+            return
+        assert src is not None
+        lo, hi = run[0][1], run[-1][1] + 1
+        s0, a0 = src.starts[lo], src.at[lo]
+        try:
+            recs, series = src.records[1 + s0:src.starts[hi]], src.values[a0 * 8:src.at[hi] * 8]
+        except SnapshotDamaged:  # a trial at a time: a damaged one is rebuilt (see _Source.rebuild)
+            for tid, i in run:
+                try:
+                    put(src.record(i), src.finals[i], src.series(i))
+                except SnapshotDamaged:
+                    built(tid, trials[tid])
+            run.clear()
+            return
+        pieces.append(bytes(recs))
+        base, n = len(values), len(at)
+        starts.extend(array("q", [pos + x - s0 for x in src.starts[lo + 1:hi + 1]]))
+        pos += len(recs) + 1
+        finals.extend(src.finals[lo:hi])
+        values.frombytes(series)
+        at.extend(array("q", [base + x - a0 for x in src.at[lo + 1:hi + 1]]))
+        assert len(at) == n + hi - lo
+        run.clear()
+
+    for tid, t in _slots(trials):
+        ids.append(tid)
+        if type(t) is int:  # not built yet: its bytes as the snapshot holds them
+            if run and run[-1][1] + 1 != t:
+                flush()
+            run.append((tid, t))
+            continue
+        flush()
+        built(tid, t)
+    flush()
     head["active"] = active
-    sections = [json.dumps(ids, separators=(",", ":")).encode(), records, starts.tobytes(), finals.tobytes(),
-                at.tobytes()]
+    sections = [json.dumps(ids, separators=(",", ":")).encode(), starts.tobytes(), finals.tobytes(), at.tobytes()]
+    records = b"[" + b",".join(pieces) + b"]"
+    series = values.tobytes()
     head["sections"] = [len(s) for s in sections]
+    head["parts"] = [len(records), len(series)]
     text = json.dumps({"experiment": head}, separators=(",", ":")).encode()
-    return b"".join([len(text).to_bytes(8, "little"), text, *sections, values.tobytes()])
+    return b"".join([len(text).to_bytes(8, "little"), text, *sections]), records, series
 
 
-def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None) -> ExperimentState:
-    """The state :func:`encode_snapshot` wrote (raises on anything malformed). Only its head and trial ids are
-    decoded here, and the trials running or waiting: the others are built when first read (:class:`TrialTable`)."""
+def encode_snapshot(state: ExperimentState) -> bytes:
+    """:func:`encode_sections` in one piece: the body, then its parts."""
+    return b"".join(encode_sections(state))
+
+
+def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None, parts: Sequence[Part] | None = None,
+                    trial_log: Callable[[str], list[Stored]] | None = None) -> ExperimentState:
+    """The state :func:`encode_sections` wrote (raises on anything malformed): ``parts`` as the store handed them
+    back, or (None) following the body as :func:`encode_snapshot` wrote them. Only the body and the trials running
+    or waiting are decoded here: the others are built when first read (:class:`TrialTable`)."""
     view = memoryview(body)
     n = int.from_bytes(view[:8], "little")
     head = json.loads(bytes(view[8:8 + n]))["experiment"]
-    sizes, active = head.pop("sections"), head.pop("active")
-    pos, parts = 8 + n, []
-    for size in sizes:
+    sizes, part_sizes, active = head.pop("sections"), head.pop("parts"), head.pop("active")
+    pos, sections = 8 + n, []
+    for size in [*sizes, *part_sizes]:
         if not isinstance(size, int) or size < 0:
             raise ValueError(f"snapshot section size {size!r}")
-        parts.append(view[pos:pos + size])
+    for size in sizes:
+        sections.append(view[pos:pos + size])
         pos += size
-    ids_raw, records, starts_raw, finals_raw, at_raw = parts
+    if parts is None:
+        parts = []
+        for size in part_sizes:
+            parts.append(view[pos:pos + size])  # type: ignore[arg-type]  # (a memoryview slices to memoryviews)
+            pos += size
+    if pos != len(view) or len(parts) != 2 or [len(p) for p in parts] != part_sizes:
+        raise ValueError(f"snapshot of {len(view)} bytes and parts {[len(p) for p in parts]} where its head says "
+                         f"{pos} and {part_sizes}")
+    ids_raw, starts_raw, finals_raw, at_raw = sections
+    records, values = parts
     ids = json.loads(bytes(ids_raw))
     starts, finals, at = array("q"), array("d"), array("q")
     starts.frombytes(starts_raw)
     finals.frombytes(finals_raw)
     at.frombytes(at_raw)
-    values = view[pos:]  # raw doubles (not copied: a trial built copies its own)
     k = len(ids)
     if not isinstance(ids, list) or len(starts) != k + 1 or len(finals) != k \
             or len(at) != k + 1 or starts[0] != 0 or (k and starts[k] != len(records) - 1) or at[0] != 0 \
@@ -633,20 +776,23 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None) -
                          f"{len(values) / 8:.0f} values")
     state = ExperimentState(**{key: v for key, v in head.items() if key != "status"})
     state.status = ExperimentStatus(head["status"])
-    state.loader = loader
-    source = _Source(records, starts, finals, at, values, loader, state.encoded)
+    state.loader, state.trial_log = loader, trial_log
+    source = _Source(ids, records, starts, finals, at, values, loader, state.encoded, trial_log)
     table = TrialTable(ids, source if k else None)
     if len(table) != k:
         raise ValueError("snapshot with a trial id twice")
-    for i in active:  # built at once (see TrialTable)
-        table[ids[i]]
+    for i in active:  # built at once (see TrialTable); a damaged piece: the snapshot is not used
+        dict.__setitem__(table, ids[i], source.build(i, strict=True))
+    if source.left == 0:
+        table.source = None
     state.trials = table
     return state
 
 
 def snapshot_of(state: ExperimentState) -> Snapshot:
     """``state`` as a snapshot (immutable: a thread may write it to the store while the state moves on)."""
-    return Snapshot(SNAPSHOT_VERSION, state.last_seq, encode_snapshot(state))
+    body, records, series = encode_sections(state)
+    return Snapshot(SNAPSHOT_VERSION, state.last_seq, body, (records, series))
 
 
 def write_snapshot(store: Store, state: ExperimentState) -> None:
@@ -658,12 +804,19 @@ def write_snapshot(store: Store, state: ExperimentState) -> None:
 
 def load_snapshot(store: Store, loader: Callable[[str], list[Metric]] | None) -> ExperimentState | None:
     """The state of the store's snapshot, or None when it has none that matches its log (then the
-    whole log is folded: a snapshot is never trusted blindly)."""
+    whole log is folded: a snapshot is never trusted blindly). Its parts are checked when read: a trial
+    whose piece is damaged is folded then from its events in the log, read by the ``loader``'s ``read_trial``
+    method where it has one (like :meth:`Store.read_trial`), else by ``store`` (which must then stay open)."""
     snap = store.read_snapshot()
     if snap is None or snap.version != SNAPSHOT_VERSION:
         return None
+    read_trial = getattr(loader, "read_trial", None) or store.read_trial
+
+    def trial_log(trial_id: str) -> list[Stored]:
+        return list(read_trial(trial_id, TRIAL_KINDS))
+
     try:
-        state = decode_snapshot(snap.body, loader)
+        state = decode_snapshot(snap.body, loader, snap.parts or None, trial_log)
     except (ValueError, TypeError, KeyError, IndexError) as e:
         log.warning("the snapshot of this experiment does not decode (%s): folding its whole log", e)
         return None

@@ -8,6 +8,8 @@ processes may append to one store (the CLI writes, e.g., STOPPED for a manager t
 Besides the log a store keeps at most one *snapshot*: opaque bytes that a reader folded from the log up
 to some ``seq``. The log stays the source of truth: ``read_snapshot`` hands a snapshot back only while
 its checksum and the event it was taken at still match, and a reader rebuilds from the log otherwise.
+A snapshot may have *parts* besides its body (big sections a reader seldom needs whole): a store may hand
+them back unread, each read a piece at a time when sliced and checked then (:class:`SnapshotDamaged`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,29 @@ class Stored:
     event: Event
 
 
+class SnapshotDamaged(ValueError):
+    """A part of a snapshot that does not match its checksum, or is gone, found when that piece was read."""
+
+
+class Part(Protocol):
+    """A part of a snapshot: its size, and its bytes by slice (``part[a:b]``, which may raise
+    :class:`SnapshotDamaged`). ``bytes`` is one; a store may hand back one read on demand."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: slice, /) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """State folded from the log up to ``seq`` (inclusive), in a reader-defined ``version`` of format."""
+    """State folded from the log up to ``seq`` (inclusive), in a reader-defined ``version`` of format:
+    ``body`` (checked whole when read) and ``parts`` (checked a piece at a time when read, where the store
+    hands them back unread)."""
 
     version: int
     seq: int
     body: bytes
+    parts: tuple[Part, ...] = ()
 
 
 class Sink(Protocol):

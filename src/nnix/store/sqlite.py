@@ -13,6 +13,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from nnix.errors import StoreCorruptError, StoreError, StoreFullError
 from nnix.model.events import Event, decode, encode
-from nnix.store.base import Sink, Snapshot, Stored
+from nnix.store.base import Part, Sink, Snapshot, SnapshotDamaged, Stored
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -64,6 +65,13 @@ CREATE TABLE IF NOT EXISTS snapshot_chunk (
 """
 CHUNKED = b"\0nnix snapshot chunks\0"
 SNAPSHOT_CHUNK = 4 << 20  # bytes
+# A snapshot with parts (see nnix.store.base): its row's body is PARTS then a JSON descriptor: the generation,
+# the body's chunk count, and per part its first chunk number, size and the CRC-32 of each of its chunks
+# (PART_CHUNK bytes each, after the body's in the same generation). The row's checksum covers the body and the
+# descriptor; a part is handed back unread, and each chunk is checked against its CRC when it is first read.
+PARTS = b"\0nnix snapshot parts\0"
+PART_CHUNK = 256 << 10  # bytes
+PART_CACHE = 8  # chunks a part keeps once read (a trial at a time reads the same chunk many times)
 
 
 def _anchor(ts: float, kind: str, body: str) -> int:
@@ -97,19 +105,109 @@ _held: dict[str, int] = {}
 _held_lock = threading.Lock()
 
 
-def _hold(path: Path, delta: int) -> None:
-    key = os.path.realpath(path)
+def _count(counts: dict[Any, int], key: Any, delta: int) -> None:
     with _held_lock:
-        n = _held.get(key, 0) + delta
+        n = counts.get(key, 0) + delta
         if n > 0:
-            _held[key] = n
+            counts[key] = n
         else:
-            _held.pop(key, None)
+            counts.pop(key, None)
+
+
+def _hold(path: Path, delta: int) -> None:
+    _count(_held, os.path.realpath(path), delta)
 
 
 def _is_held(path: Path) -> bool:
     with _held_lock:
         return os.path.realpath(path) in _held
+
+
+# Snapshot generations whose parts this process still reads ((real path, gen) -> count): a snapshot written
+# meanwhile keeps their chunks (the next write after they are let go deletes them).
+_pinned: dict[tuple[str, int], int] = {}
+
+
+def _pin(key: tuple[str, int], delta: int) -> None:
+    _count(_pinned, key, delta)
+
+
+class _Mismatch(Exception):
+    """A snapshot row or its chunks that do not match (the snapshot is not handed back)."""
+
+
+def _close(box: list[sqlite3.Connection], key: tuple[str, int]) -> None:
+    for db in box:
+        db.close()
+    box.clear()
+    _pin(key, -1)
+
+
+class _Part:
+    """A part of the snapshot (see PARTS), read from the store when sliced: only the chunks the slice covers,
+    each checked against its CRC (:class:`SnapshotDamaged` where one does not match or is gone), on a
+    connection of its own (the store that read the snapshot may be closed by then)."""
+
+    def __init__(self, path: Path, gen: int, first: int, size: int, chunk: int, crcs: list[int]) -> None:
+        if chunk <= 0 or size < 0 or len(crcs) != -(-size // chunk):
+            raise ValueError(f"snapshot part of {size} bytes with {len(crcs)} chunks of {chunk}")
+        self.path, self.gen, self.first, self.size, self.chunk, self.crcs = path, gen, first, size, chunk, crcs
+        self._cache: dict[int, bytes] = {}
+        self._lock = threading.Lock()
+        self._box: list[sqlite3.Connection] = []
+        key = (os.path.realpath(path), gen)
+        _pin(key, +1)
+        weakref.finalize(self, _close, self._box, key)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __eq__(self, other: object) -> bool:  # (the same chunks of the same store: the same bytes)
+        return isinstance(other, _Part) and (self.path, self.gen, self.first, self.size, self.chunk, self.crcs) == (
+            other.path, other.gen, other.first, other.size, other.chunk, other.crcs)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getitem__(self, index: slice, /) -> bytes:
+        start, stop, _ = index.indices(self.size)
+        if start >= stop:
+            return b""
+        a, b = start // self.chunk, (stop - 1) // self.chunk
+        pieces = self._read(a, b)
+        off = a * self.chunk
+        if len(pieces) == 1:
+            return pieces[0][start - off:stop - off]
+        return b"".join(pieces)[start - off:stop - off]
+
+    def _read(self, a: int, b: int) -> list[bytes]:
+        with self._lock:
+            cache = self._cache
+            missing = [k for k in range(a, b + 1) if k not in cache]
+            got: dict[int, bytes] = {}
+            if missing:
+                lo, hi = missing[0], missing[-1]
+                try:
+                    if not self._box:
+                        self._box.append(sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None,
+                                                         check_same_thread=False))
+                    rows = self._box[0].execute(
+                        "SELECT n, body FROM snapshot_chunk WHERE gen = ? AND n BETWEEN ? AND ?",
+                        (self.gen, self.first + lo, self.first + hi)).fetchall()
+                except sqlite3.Error as e:
+                    raise SnapshotDamaged(f"snapshot chunks of {self.path} unreadable: {e}") from e
+                got = {int(n) - self.first: bytes(body) for n, body in rows}
+                for k in missing:
+                    data = got.get(k)
+                    if data is None or zlib.crc32(data) != self.crcs[k] \
+                            or len(data) != min(self.chunk, self.size - k * self.chunk):
+                        raise SnapshotDamaged(f"snapshot chunk {self.first + k} of generation {self.gen} in "
+                                              f"{self.path} is {'gone' if data is None else 'damaged'}")
+                if len(missing) <= PART_CACHE // 2:  # (a long read is not kept)
+                    for k in missing:
+                        cache[k] = got[k]
+                    while len(cache) > PART_CACHE:
+                        cache.pop(next(iter(cache)))
+            return [cache[k] if k in cache else got[k] for k in range(a, b + 1)]
 
 
 def check_store_file(path: Path) -> None:
@@ -279,7 +377,8 @@ class SqliteStore:
         return [Stored(seq, ts, decode(kind, body)) for seq, ts, kind, body in rows]
 
     def write_snapshot(self, snapshot: Snapshot) -> None:
-        """In chunks (see CHUNK_SCHEMA), then the row that names them, in one transaction with the anchor."""
+        """In chunks (see CHUNK_SCHEMA; parts after the body, see PARTS), then the row that names them, in one
+        transaction with the anchor."""
         db, body = self._db, memoryview(snapshot.body)
         try:
             def event_at() -> Any:
@@ -292,23 +391,45 @@ class SqliteStore:
             db.execute(SNAPSHOT_SCHEMA)
             db.execute(CHUNK_SCHEMA)
             gen = int(db.execute("SELECT COALESCE(MAX(gen), 0) + 1 FROM snapshot_chunk").fetchone()[0])
-            n = 0
-            for n, at in enumerate(range(0, len(body), SNAPSHOT_CHUNK), 1):  # (autocommit: one transaction each)
-                db.execute("INSERT INTO snapshot_chunk(gen, n, body) VALUES (?, ?, ?)",
-                           (gen, n - 1, body[at:at + SNAPSHOT_CHUNK]))
+            k = 0
+
+            def put(data: memoryview, size: int) -> list[int]:
+                nonlocal k
+                crcs = []
+                for at in range(0, len(data), size):  # (autocommit: one transaction each)
+                    piece = data[at:at + size]
+                    db.execute("INSERT INTO snapshot_chunk(gen, n, body) VALUES (?, ?, ?)", (gen, k, piece))
+                    crcs.append(zlib.crc32(piece))
+                    k += 1
+                return crcs
+
+            put(body, SNAPSHOT_CHUNK)
+            n, descs, chunk = k, [], PART_CHUNK
+            for part in snapshot.parts:
+                first = k
+                data = memoryview(part[0:len(part)])
+                descs.append([first, len(data), put(data, chunk)])
+            if snapshot.parts:
+                row = PARTS + json.dumps({"gen": gen, "n": n, "chunk": chunk, "parts": descs},
+                                         separators=(",", ":")).encode()
+                checksum = zlib.crc32(body, zlib.crc32(row))
+            else:
+                row, checksum = CHUNKED + gen.to_bytes(8, "little") + n.to_bytes(8, "little"), zlib.crc32(body)
             cur = db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
                 cur.execute("INSERT OR REPLACE INTO snapshot(id, version, seq, anchor, checksum, body) "
                             "VALUES (1, ?, ?, ?, ?, ?)",
-                            (snapshot.version, snapshot.seq, _anchor(*event_at()), zlib.crc32(body),
-                             CHUNKED + gen.to_bytes(8, "little") + n.to_bytes(8, "little")))
+                            (snapshot.version, snapshot.seq, _anchor(*event_at()), checksum, row))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
-            for old, k in db.execute("SELECT gen, n FROM snapshot_chunk WHERE gen != ?", (gen,)).fetchall():
-                db.execute("DELETE FROM snapshot_chunk WHERE gen = ? AND n = ?", (old, k))  # (one at a time too)
+            with _held_lock:  # (a generation a part of this process still reads is deleted by a later write)
+                keep = {g for p, g in _pinned if p == os.path.realpath(self.path)} | {gen}
+            for old, j in db.execute("SELECT gen, n FROM snapshot_chunk").fetchall():
+                if old not in keep:
+                    db.execute("DELETE FROM snapshot_chunk WHERE gen = ? AND n = ?", (old, j))  # (one at a time too)
         except sqlite3.Error as e:
             raise store_error(e, self.path, "write to") from e
 
@@ -317,6 +438,7 @@ class SqliteStore:
         return SqliteStore(self.path, create=False)
 
     def read_snapshot(self) -> Snapshot | None:
+        parts: tuple[Part, ...] = ()
         try:
             if self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshot'").fetchone() \
                     is None:
@@ -326,19 +448,38 @@ class SqliteStore:
                 return None
             version, seq, anchor, checksum, body = row
             at = self._db.execute("SELECT ts, kind, body FROM events WHERE seq = ?", (seq,)).fetchone()
-            if isinstance(body, bytes) and body.startswith(CHUNKED) and len(body) == len(CHUNKED) + 16:
+            if at is None or _anchor(*at) != anchor or not isinstance(body, bytes):
+                return None
+            if body.startswith(PARTS):
+                try:
+                    desc = json.loads(body[len(PARTS):])
+                    gen, n, chunk = int(desc["gen"]), int(desc["n"]), int(desc["chunk"])
+                    parts = tuple(_Part(self.path, gen, int(first), int(size), chunk, [int(c) for c in crcs])
+                                  for first, size, crcs in desc["parts"])
+                except (ValueError, TypeError, KeyError) as e:
+                    raise _Mismatch from e
+                seed = zlib.crc32(body)
+                body = self._chunks(gen, n)
+            elif body.startswith(CHUNKED) and len(body) == len(CHUNKED) + 16:
                 gen = int.from_bytes(body[len(CHUNKED):-8], "little")
-                n = int.from_bytes(body[-8:], "little")
-                chunks = self._db.execute("SELECT n, body FROM snapshot_chunk WHERE gen = ? ORDER BY n",
-                                          (gen,)).fetchall()
-                if [k for k, _ in chunks] != list(range(n)):
-                    return None
-                body = b"".join(c for _, c in chunks)
+                seed, body = 0, self._chunks(gen, int.from_bytes(body[-8:], "little"))
+            else:
+                seed = 0
+        except _Mismatch:
+            return None
         except sqlite3.Error as e:
             raise store_error(e, self.path, "read") from e
-        if at is None or _anchor(*at) != anchor or not isinstance(body, bytes) or zlib.crc32(body) != checksum:
+        if zlib.crc32(body, seed) != checksum:
             return None
-        return Snapshot(int(version), int(seq), body)
+        return Snapshot(int(version), int(seq), body, parts)
+
+    def _chunks(self, gen: int, n: int) -> bytes:
+        """The first ``n`` chunks of generation ``gen``, joined (raises _Mismatch where one is missing)."""
+        chunks = self._db.execute("SELECT n, body FROM snapshot_chunk WHERE gen = ? AND n < ? ORDER BY n",
+                                  (gen, n)).fetchall()
+        if [k for k, _ in chunks] != list(range(n)):
+            raise _Mismatch
+        return b"".join(c for _, c in chunks)
 
     def count(self, kind: str) -> int:
         """How many events of ``kind`` the log holds (a fast query for listings)."""
