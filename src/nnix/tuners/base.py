@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
-import numpy as np
-
 from nnix.model.args import TunerArgs
 from nnix.model.metrics import scalar_value
 from nnix.model.trials import Direction, Params, TrialRecord
@@ -31,6 +29,8 @@ from nnix.model.trials import Direction, Params, TrialRecord
 __all__ = ["Direction", "Params", "TrialRecord", "Tuner", "TunerArgs", "TunerContext", "rng_for", "scalar_value"]
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from nnix.space import SearchSpace
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class TunerContext:
 
 def rng_for(seed: int, parameter_id: int, stream: int = 0) -> np.random.Generator:
     """The random generator for one proposal: a pure function of (seed, parameter id, stream)."""
+    import numpy as np  # here: the tuners that draw nothing (Grid, Batch) never import numpy
+
     return np.random.default_rng([seed & 0xFFFFFFFF, parameter_id, stream])
 
 

@@ -23,14 +23,15 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Container, Iterator, Sequence
 from operator import attrgetter
-from typing import cast
-
-import numpy as np
+from typing import TYPE_CHECKING, cast
 
 from nnix.errors import NoMoreTrialsError
 from nnix.model.trials import TrialRecord
 from nnix.space import Key, Param, Params, SearchSpace, duplicates_possible, grid, key, sample
 from nnix.tuners.base import TunerContext, rng_for
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "RANDOM_DRAWS",
