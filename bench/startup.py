@@ -20,6 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+# users' installs have their bytecode: the processes measured here may write theirs (an environment that forbids
+# it would measure Python compiling nnix at every start)
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 GOALS = {"help": 0.150, "first_trial": 0.300, "stop": 0.300}
 SCRIPT = Path(sys.executable).parent / "nnix"
 NNIX = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "nnix.cli.main"]

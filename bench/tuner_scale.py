@@ -5,7 +5,8 @@ Run: python bench/tuner_scale.py [--sizes 1000,20000,100000] [--reps 9] [--tuner
 
 For each tuner and history size ``n``, a history of ``n`` finished trials is built, one warm tuner is
 asked for the next proposal ``--reps`` times, the history growing by that proposal (finished) after
-each ask, as the manager drives it. Each ask gets a fresh ``tuple`` of the same records (not timed).
+each ask, as the manager drives it. Each ask gets a fresh ``History`` of the same records, of one lineage, as
+the manager hands it (a plain ``tuple`` for trees without ``History``; building it is not timed).
 The figure is the median CPU time of one ask (``time.process_time``: the machine may be loaded by
 others; the wall-clock median is printed too). The first ask of a fresh tuner (catching up with the
 whole history) is shown apart.
@@ -63,6 +64,15 @@ def worker(sizes: list[int], reps: int, tuners: list[str]) -> dict[str, Any]:
 
     from nnix.space import SearchSpace, grid
     from nnix.tuners.base import Direction, TrialRecord, TunerContext
+
+    try:
+        from nnix.tuners.base import History
+    except ImportError:  # older trees: a plain tuple
+        History = None  # type: ignore[assignment,misc]
+    lineage = object()
+
+    def as_history(records: list[Any]) -> Any:
+        return tuple(records) if History is None else History(records, lineage)
     from nnix.tuners.tpe import TpeTuner
 
     try:
@@ -112,7 +122,7 @@ def worker(sizes: list[int], reps: int, tuners: list[str]) -> dict[str, Any]:
                 points = [{"x": float(x), "y": float(y)} for x, y in zip(xs, ys, strict=True)]
             history = [TrialRecord(i, p, TrialStatus.SUCCEEDED, _value(p)) for i, p in enumerate(points)]
             tuner = factories[name]()
-            ctx = TunerContext(space, direction, 1, tuple(history))
+            ctx = TunerContext(space, direction, 1, as_history(history))
             t0 = time.process_time()
             tuner.suggest(ctx, [n_hist])
             first = time.process_time() - t0
@@ -120,7 +130,7 @@ def worker(sizes: list[int], reps: int, tuners: list[str]) -> dict[str, Any]:
             wall: list[float] = []
             for k in range(reps):
                 pid = n_hist + 1 + k
-                ctx = TunerContext(space, direction, 1, tuple(history))
+                ctx = TunerContext(space, direction, 1, as_history(history))
                 t0, w0 = time.process_time(), time.perf_counter()
                 got = tuner.suggest(ctx, [pid])
                 cpu.append(time.process_time() - t0)

@@ -34,16 +34,18 @@ import copy
 import difflib
 import json
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Literal, cast, get_args
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from nnix import limits
 from nnix.errors import FieldIssue, SearchSpaceError
 from nnix.limits import brief
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ParamType = Literal[
     "choice",
@@ -249,14 +251,38 @@ def _json_problem(value: Any) -> str | None:
     return f"must be a JSON value, got {_type_name(value)}"
 
 
+# numpy is not imported here (it is most of a CLI start-up): a value can only be a numpy scalar once something
+# else imported numpy, so its types are looked up in sys.modules, and only for values that are not plain Python.
+
+
+def _numpy_scalar(x: Any) -> Any:
+    """``numpy`` if ``x`` is a numpy scalar (``np.generic``), else None."""
+    np_ = sys.modules.get("numpy")
+    return np_ if np_ is not None and isinstance(x, np_.generic) else None
+
+
+def _is_bool(x: Any) -> bool:
+    if isinstance(x, bool):
+        return True
+    np_ = _numpy_scalar(x)
+    return np_ is not None and isinstance(x, np_.bool_)
+
+
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+    if isinstance(x, (int, float)):
+        return not isinstance(x, bool)
+    np_ = _numpy_scalar(x)
+    return np_ is not None and isinstance(x, (np_.integer, np_.floating))
 
 
 def _is_integral(x: Any) -> bool:
-    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+    if isinstance(x, int):
+        return not isinstance(x, bool)
+    np_ = _numpy_scalar(x)
+    if np_ is not None and isinstance(x, np_.integer):
         return True
-    return isinstance(x, (float, np.floating)) and math.isfinite(x) and float(x).is_integer()
+    floating = isinstance(x, float) or (np_ is not None and isinstance(x, np_.floating))
+    return floating and math.isfinite(x) and float(x).is_integer()
 
 
 def _validate_numeric(ptype: str, value: Sequence[Any], path: str, issues: list[FieldIssue]) -> None:
@@ -484,7 +510,7 @@ def _build_param(key: Key, spec: Mapping[str, Any]) -> Param:
             branches = tuple(_build_level(o, (*key, i), nested_option=True) for i, o in enumerate(value))
             return Param(key, ptype, choices=tuple(o["_name"] for o in value), nested=True, branches=branches)
         return Param(key, ptype, choices=tuple(value))  # already a private copy (from_json)
-    nums = [x.item() if isinstance(x, np.generic) else x for x in value]
+    nums = [x.item() if _numpy_scalar(x) is not None else x for x in value]
     if ptype == "randint":
         return Param(key, ptype, low=int(nums[0]), high=int(nums[1]))
     q = nums[2] if ptype in _Q_TYPES else None
@@ -587,8 +613,8 @@ def _contains_level(params: Sequence[Param], values: Any, *, nested: bool) -> bo
 
 def _json_equal(a: Any, b: Any) -> bool:
     """Equality as JSON sees it: ``True`` is not ``1``; ``1 == 1.0``."""
-    if isinstance(a, (bool, np.bool_)) or isinstance(b, (bool, np.bool_)):
-        return isinstance(a, (bool, np.bool_)) and isinstance(b, (bool, np.bool_)) and bool(a) == bool(b)
+    if _is_bool(a) or _is_bool(b):
+        return _is_bool(a) and _is_bool(b) and bool(a) == bool(b)
     if _is_number(a) and _is_number(b):
         return bool(a == b)
     if isinstance(a, str) or isinstance(b, str):
@@ -608,7 +634,7 @@ def key(params: Mapping[str, Any]) -> str:
 
 
 def _json_default(x: Any) -> Any:
-    if isinstance(x, np.generic):
+    if _numpy_scalar(x) is not None:
         return x.item()
     if isinstance(x, tuple):
         return list(x)

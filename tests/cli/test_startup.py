@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,9 @@ HEAVY = ("rich", "numpy", "scipy", "pydantic", "yaml", "uvicorn", "fastapi", "st
          "nnix.core.manager", "nnix.tuners.base", "nnix.services.base", "nnix.api.app", "nnix.host.run")
 
 
-def imported_by(argv: list[str], tmp_path: Path) -> tuple[int, str, list[str]]:
+def imported_by(argv: list[str], tmp_path: Path, also: str = "None") -> tuple[int, str, Any]:
+    """Run ``nnix ARGV`` in a fresh Python: its exit code, stdout and the HEAVY modules it imported (and, when
+    ``also`` is given, ``[that list, eval(also)]`` afterwards)."""
     code = (
         "import json, sys\n"
         f"sys.argv = {['nnix', *argv]!r}\n"
@@ -25,12 +28,14 @@ def imported_by(argv: list[str], tmp_path: Path) -> tuple[int, str, list[str]]:
         "    main()\n"
         "except SystemExit as e:\n"
         "    code = e.code if isinstance(e.code, int) else 1\n"
-        f"print(json.dumps([code, sorted(m for m in {HEAVY!r} if m in sys.modules)]), file=sys.stderr)\n"
+        f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        f"print(json.dumps([code, heavy if {also!r} == 'None' else [heavy, eval({also!r})]]), file=sys.stderr)\n"
     )
     env = {"NNIX_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.stderr.strip(), out.stdout
     code_, heavy = json.loads(out.stderr.strip().splitlines()[-1])
-    return int(code_), out.stdout, list(heavy)
+    return int(code_), out.stdout, heavy
 
 
 # a command's own help builds its parameters, which typer converts with pydantic (typer's import, not nnix's)
@@ -46,3 +51,35 @@ def test_stop_imports_no_tuner_config_manager_or_web_stack(tmp_path: Path) -> No
     code, _, heavy = imported_by(["stop", "nosuchexp"], tmp_path)
     assert code != 0  # no such experiment: a clear error, after the same imports as a real stop
     assert set(heavy) <= {"pydantic"}  # typer itself converts parameters with pydantic
+
+
+def test_create_foreground_builds_only_what_the_experiment_uses(tmp_path: Path) -> None:
+    """A grid search on the local platform, run to its end through the CLI: numpy is never imported (only
+    tuners that draw import it), and of the platforms' config models only the local one is built."""
+    (tmp_path / "trial.py").write_text("import nni\nnni.get_next_parameter()\nnni.report_final_result(0.5)\n")
+    config = {
+        "searchSpace": {"x": {"_type": "choice", "_value": [1, 2]}},
+        "trialCommand": f"{sys.executable} trial.py", "trialCodeDirectory": str(tmp_path),
+        "trialConcurrency": 1, "maxTrialNumber": 1, "tuner": {"name": "GridSearch"},
+        "trainingService": {"platform": "local"},
+    }
+    cfg = tmp_path / "grid.json"
+    cfg.write_text(json.dumps(config))
+    built_models = ("sorted(n for n, m in __import__('nnix.config.services', fromlist=['x'])"
+                    ".BUILT_IN_PLATFORMS.items() if m.__pydantic_complete__)")
+    exit_code, out, (heavy, built) = imported_by(["create", "--config", str(cfg), "--port", "0", "--foreground"],
+                                                 tmp_path, built_models)
+    assert exit_code == 0, out[-2000:]
+    assert "DONE" in out and "1 SUCCEEDED" in out
+    assert "numpy" not in heavy
+    assert built == ["local"]
+
+
+@pytest.mark.parametrize("module", ["nnix.space", "nnix.tuners.base", "nnix.tuners.dedup", "nnix.tuners.gridsearch",
+                                    "nnix.tuners.batch", "nnix.tuners.random", "nnix.core.manager", "nnix.host.build"])
+def test_module_imports_no_numpy(module: str) -> None:
+    code = f"import sys, {module}\nprint('numpy' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

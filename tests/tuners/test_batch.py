@@ -101,3 +101,38 @@ def test_args_and_names() -> None:
     assert validate_args(BatchTuner, {"x": 1}, "tuner.classArgs")[0].message == "unknown argument"
     assert resolve("tuner", AlgorithmRef(name="Batch")) is BatchTuner
     assert resolve("tuner", AlgorithmRef(name="BatchTuner")) is BatchTuner
+
+
+def test_incremental_batch_proposes_what_a_fresh_tuner_does() -> None:
+    """Batch keeps what was issued between asks: at every step, with histories that grow, shrink, repeat a
+    set or hold sets that are not in the batch, it proposes exactly what a fresh tuner would."""
+    import random
+
+    from nnix.errors import NoMoreTrialsError as Done
+    from nnix.model.status import TrialStatus
+    from nnix.space import SearchSpace
+    from nnix.tuners.base import Direction, History, TrialRecord, TunerContext
+    from nnix.tuners.batch import BatchTuner
+
+    sets = [{"lr": v % 4} for v in range(12)] + [{"lr": 9}]
+    space = SearchSpace.from_json({"combination": {"_type": "choice", "_value": sets}})
+    rnd = random.Random(7)
+    kept, lineage = BatchTuner(), object()
+    history: list[TrialRecord] = []
+    for step in range(60):
+        if step % 17 == 16:
+            history, lineage = history[: len(history) // 2], object()
+        pool = [*sets, {"lr": 42}]
+        history = [*history, *(TrialRecord(len(history) + i, dict(rnd.choice(pool)), TrialStatus.SUCCEEDED, 0.0)
+                               for i in range(rnd.randint(0, 2)))]
+        ids = list(range(1000 + step, 1000 + step + rnd.randint(1, 3)))
+
+        def ask(tuner: BatchTuner, hist: Any, ids: list[int] = ids) -> Any:
+            try:
+                return tuner.suggest(TunerContext(space, Direction.MAXIMIZE, 1, hist), ids)
+            except Done:
+                return "done"
+
+        plain = step % 2 == 0
+        got = ask(kept, tuple(history) if plain else History(history, lineage))
+        assert got == ask(BatchTuner(), tuple(history)), step

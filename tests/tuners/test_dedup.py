@@ -174,3 +174,35 @@ def test_seen_keys_recount_when_the_history_is_not_an_extension() -> None:
     # a different parameter set at position 0: counted afresh
     assert not seen.update((TrialRecord(0, b, TrialStatus.SUCCEEDED, 1.0),))
     assert seen.counts == {key(b): 1}
+
+
+def test_seen_keys_take_a_history_of_one_lineage_at_its_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A longer History of the same lineage costs a key per new record (the old ones are not compared); a new
+    lineage or a plain sequence is counted afresh or compared, so the counts stay those of the history."""
+    from nnix.tuners.base import History
+
+    records = [TrialRecord(i, {"a": i % 3}, TrialStatus.SUCCEEDED, 0.0) for i in range(50)]
+    calls: list[Any] = []
+
+    def counted(params: Any) -> str:
+        calls.append(params)
+        return key(params)
+
+    monkeypatch.setattr(dedup, "key", counted)
+    seen, lineage = dedup.SeenKeys(), object()
+    assert not seen.update(History(records[:40], lineage))
+    calls.clear()
+    assert seen.update(History(records, lineage))
+    assert len(calls) == 10 and seen.counts == dedup.SeenKeys().counts + _counts(records)
+    assert not seen.update(History(records[:45], object()))  # a new lineage: counted afresh
+    assert seen.counts == _counts(records[:45])
+    assert not seen.update(tuple(records[:20]))  # a plain sequence after a History: counted afresh
+    assert seen.counts == _counts(records[:20])
+    assert seen.update(tuple(records[:30]))
+    assert seen.counts == _counts(records[:30])
+
+
+def _counts(records: list[TrialRecord]) -> Any:
+    from collections import Counter
+
+    return Counter(key(r.params) for r in records)

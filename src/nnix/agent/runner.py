@@ -21,6 +21,7 @@ import base64
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -200,13 +201,68 @@ def stderr_tail(output_dir: Path, max_bytes: int = TAIL_BYTES) -> str:
     return read_tail(output_dir / "trial.stderr", max_bytes)
 
 
+class _Child:
+    """A trial's process, waited for through its pidfd on the running loop: no watcher thread per child
+    (asyncio's default on Python < 3.12), one file descriptor until it ends (a thread only where the OS has
+    no pidfds). The surface of :class:`asyncio.subprocess.Process` the runner uses: ``pid``, ``returncode``,
+    ``wait()``."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self._loop = loop
+        self._fd = -1
+        self._exited: asyncio.Future[int] = loop.create_future()
+        try:
+            self._fd = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):  # not Linux >= 5.3
+            waiter = loop.run_in_executor(None, popen.wait)
+            waiter.add_done_callback(lambda f: self._done(f.result()) if not f.cancelled() else None)
+        else:
+            loop.add_reader(self._fd, self._reap)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    def _reap(self) -> None:
+        code = self._popen.poll()  # the pidfd is readable once the process ended: poll() reaps it
+        if code is not None:
+            self._done(code)
+
+    def _done(self, code: int) -> None:
+        self._detach()
+        if not self._exited.done():
+            self._exited.set_result(code)
+
+    def _detach(self) -> None:
+        if self._fd >= 0:
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+    async def wait(self) -> int:
+        try:
+            return await asyncio.shield(self._exited)
+        except asyncio.CancelledError:
+            self._detach()  # the runner stops watching (the trial runs on; a later manager re-attaches it)
+            raise
+
+
+async def _spawn(argv: list[str], *, cwd: str, env: dict[str, str], stdout: Any, stderr: Any) -> _Child:
+    """Start a trial's command in its own session (the fork happens on the loop, as asyncio's own does)."""
+    popen = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                             start_new_session=True)
+    return _Child(popen, asyncio.get_running_loop())
+
+
 @dataclass
 class _Running:
     spec_id: str
     pid: int
     output_dir: Path
     reader: MetricReader
-    proc: asyncio.subprocess.Process | None  # None when re-attached (not our child)
+    proc: _Child | None  # None when re-attached (not our child)
     task: asyncio.Task[None] | None = None
     killing: bool = False
     containment: Containment | None = None
@@ -255,16 +311,8 @@ class TrialRunner:
                 open(spec.output_dir / "trial.stdout", "ab") as out,
                 open(spec.output_dir / "trial.stderr", "ab") as err,
             ):
-                proc = await asyncio.create_subprocess_exec(
-                    self.shell,
-                    "-c",
-                    WRAPPER,
-                    cwd=str(spec.code_dir),
-                    env=env,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
+                proc = await _spawn(
+                    [self.shell, "-c", WRAPPER], cwd=str(spec.code_dir), env=env, stdout=out, stderr=err
                 )
         except OSError as e:
             await containment.release()

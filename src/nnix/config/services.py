@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
@@ -24,14 +24,13 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    Discriminator,
     Field,
     GetCoreSchemaHandler,
     SecretStr,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
-from pydantic_core import CoreSchema, PydanticCustomError
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from nnix.config.fields import (
     AbsPath,
@@ -82,7 +81,14 @@ ENTRY_POINT_GROUP = "nnix.training_services"
 """Entry point group: platform name → its config model (``local = "nnix.config.services:LocalConfig"``)."""
 
 
-class ServiceConfig(_Model):
+class _Deferred(_Model):
+    """A model whose validator is built when it is first used, not at import: an experiment validates only
+    its own platform's model (and those nested in it), so the others are never built."""
+
+    model_config = ConfigDict(defer_build=True)
+
+
+class ServiceConfig(_Deferred):
     """Base of a platform's config model (``extra="forbid"``, snake_case fields with camelCase aliases).
 
     A subclass adds ``platform: Literal["name"]`` and its fields; it overrides :meth:`cross_check` for rules
@@ -136,7 +142,7 @@ class LocalConfig(ServiceConfig):
 
 
 
-class RemoteMachineConfig(_Model):
+class RemoteMachineConfig(_Deferred):
     """One SSH worker of ``platform: remote``.
 
     ``password`` and ``ssh_passphrase`` are secrets: they are masked wherever the config is shown or
@@ -513,7 +519,7 @@ K8sQuantity = Annotated[str, BeforeValidator(_k8s_quantity)]
 K8sMemory = Annotated[str, BeforeValidator(_k8s_memory)]
 
 
-class K8sStorageConfig(_Model):
+class K8sStorageConfig(_Deferred):
     """Where code, nnix itself and trial outputs live: a volume every environment mounts at
     ``containerMountPoint`` and the manager reads at ``localMountPoint``.
 
@@ -597,7 +603,7 @@ class KubernetesConfig(_K8sCommon):
     """More labels on the Jobs and their pods."""
 
 
-class KubeflowRoleConfig(_Model):
+class KubeflowRoleConfig(_Deferred):
     replicas: PositiveInt = 1
     command: str = ""
     """The primary role's command is the trial's (``trialCommand`` when empty); other roles run theirs as is."""
@@ -643,13 +649,13 @@ class KubeflowConfig(_K8sCommon):
         return self
 
 
-class FrameworkAttemptCompletionPolicy(_Model):
+class FrameworkAttemptCompletionPolicy(_Deferred):
     min_failed_task_count: int = 1
     min_succeed_task_count: int = -1
     """NNI's v2 spelling (v1 and FrameworkController write ``minSucceededTaskCount``); -1: never by successes."""
 
 
-class FrameworkControllerRoleConfig(_Model):
+class FrameworkControllerRoleConfig(_Deferred):
     name: K8sName
     docker_image: NonEmpty = "msranni/nni:latest"
     task_number: PositiveInt = 1
@@ -819,9 +825,22 @@ class PlatformChoice:
         return list(dict.fromkeys(table.values()))
 
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        members = tuple(self.models())
-        union = Union[members] if len(members) > 1 else members[0]  # noqa: UP007
-        return handler.generate_schema(Annotated[union, Discriminator(self.discriminator)])
+        """A union tagged by ``platform`` (the same errors and locations as pydantic's discriminated union),
+        whose members are validated by their own model: a platform's model is built only when a config
+        uses it (building all of them took most of ``import nnix.config``)."""
+        choices: dict[Hashable, CoreSchema] = {}
+        for model in self.models():
+            validate = _validator_of(model)
+            for tag in _platform_tags(model):
+                choices.setdefault(tag, core_schema.with_info_plain_validator_function(validate))
+        return core_schema.tagged_union_schema(choices, self.discriminator)
+
+
+def _validator_of(model: type[BaseModel]) -> Callable[[Any, core_schema.ValidationInfo], Any]:
+    def validate(value: Any, info: core_schema.ValidationInfo) -> Any:
+        return model.model_validate(value, context=info.context)
+
+    return validate
 
 
 def _hybrid_from_list(value: Any) -> Any:

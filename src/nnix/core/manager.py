@@ -57,7 +57,7 @@ from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
 from nnix.store.base import Snapshot, Store
-from nnix.tuners.base import Tuner, TunerContext
+from nnix.tuners.base import History, Tuner, TunerContext
 
 log = logging.getLogger("nnix.manager")
 
@@ -129,9 +129,14 @@ class ExperimentManager:
         self._snapshot_seq, self._snapshot_at = self.state.snapshot_seq, clock()  # (0: the store has none)
         # The tuner's history, kept per trial and rebuilt only for trials an event touched since the last
         # ask (every change of state goes through record()): an ask costs O(changed), not O(history).
+        # The list handed to the tuner is kept too (a record replaced in place, a new trial appended), as one
+        # History lineage while the parameter sets already in it stay where they are.
         self._trial_records: dict[str, TrialRecord | None] = {}
         self._stale_records: dict[str, None] = dict.fromkeys(self.state.trials)
         self._imported_records: list[TrialRecord] | None = None
+        self._history_list: list[TrialRecord] = []
+        self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
+        self._lineage = object()
         self.service = service_factory(ServiceEvents(self))
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -477,17 +482,19 @@ class ExperimentManager:
 
     def _history(self) -> list[TrialRecord]:
         """Imported results first (negative parameter ids), then one record per trial with a parameter id,
-        in the order the trials were created."""
-        if self._imported_records is None:
+        in the order the trials were created. The manager's own list: callers copy it, never change it."""
+        rebuild = self._imported_records is None
+        if rebuild:
             self._imported_records = [
                 TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, _scalar(rec.get("value")))
                 for i, rec in enumerate(self.state.imported)
             ]
         if self._stale_records:
             trials, records = self.state.trials, self._trial_records
+            history, at = self._history_list, self._history_at
             for trial_id in self._stale_records:  # in event order: a new trial is the state's newest
                 t = trials.get(trial_id)
-                records[trial_id] = None if t is None or t.parameter_id is None else TrialRecord(
+                new = None if t is None or t.parameter_id is None else TrialRecord(
                     parameter_id=t.parameter_id,
                     params=t.params,
                     status=t.status,
@@ -495,12 +502,40 @@ class ExperimentManager:
                     intermediate=tuple(t.inter_values),
                     trial_id=t.trial_id,
                 )
+                known, old = trial_id in records, records.get(trial_id)
+                records[trial_id] = new
+                if rebuild:
+                    continue
+                i = at.get(trial_id)
+                if new is None:
+                    rebuild = i is not None  # a record gone
+                elif i is None:
+                    if known:  # a known trial got its record: its place is not the end
+                        rebuild = True
+                    else:
+                        at[trial_id] = len(history)
+                        history.append(new)
+                elif old is not None and old.parameter_id == new.parameter_id and (
+                        old.params is new.params or old.params == new.params):
+                    history[i] = new
+                else:
+                    rebuild = True
             self._stale_records.clear()
-        return self._imported_records + [r for r in self._trial_records.values() if r is not None]
+        if rebuild:  # imported results arrived, or a trial's parameters changed: a new lineage
+            assert self._imported_records is not None
+            self._history_list = list(self._imported_records)
+            self._history_at = {}
+            for trial_id, record in self._trial_records.items():
+                if record is not None:
+                    self._history_at[trial_id] = len(self._history_list)
+                    self._history_list.append(record)
+            self._lineage = object()
+        return self._history_list
 
     async def _ask(self, n: int) -> list[dict[str, Any]]:
         ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
-        ctx = TunerContext(self._search_space(), self.direction, self.state.seed, tuple(self._history()))
+        history = History(self._history(), self._lineage)
+        ctx = TunerContext(self._search_space(), self.direction, self.state.seed, history)
         if getattr(self.tuner, "heavy", False):
             proposed = (await asyncio.to_thread(self.tuner.suggest, ctx, ids))[:n]
         else:

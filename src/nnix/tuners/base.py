@@ -18,20 +18,39 @@ Invariants every tuner keeps (checked by ``nnix.testing.tuners.TunerContract``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from nnix.model.args import TunerArgs
 from nnix.model.metrics import scalar_value
 from nnix.model.trials import Direction, Params, TrialRecord
 
-__all__ = ["Direction", "Params", "TrialRecord", "Tuner", "TunerArgs", "TunerContext", "rng_for", "scalar_value"]
+__all__ = [
+    "ArgsTuner", "Direction", "History", "IgnoredModeArgs", "Params", "TrialRecord", "Tuner", "TunerArgs",
+    "TunerContext", "rng_for", "scalar_value",
+]
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from nnix.space import SearchSpace
+
+class History(tuple[TrialRecord, ...]):
+    """A tuner's history as the manager hands it: a tuple of records, oldest first, that also vouches for its
+    past. Every History of one ``lineage`` starts with the parameter ids and parameter sets of every earlier
+    History of that lineage (records are only appended, or replaced by a record of the same trial with a new
+    status or value); its owner starts a new lineage when that stops holding. A tuner's caches may then
+    catch up with a longer History of their lineage in O(new records), without comparing the old ones. Any
+    other sequence is a history too, compared record by record."""
+
+    lineage: object
+
+    def __new__(cls, records: Iterable[TrialRecord] = (), lineage: object | None = None) -> History:
+        self = super().__new__(cls, records)
+        self.lineage = object() if lineage is None else lineage
+        return self
+
 
 @dataclass(frozen=True)
 class TunerContext:
@@ -45,6 +64,8 @@ class TunerContext:
 
 def rng_for(seed: int, parameter_id: int, stream: int = 0) -> np.random.Generator:
     """The random generator for one proposal: a pure function of (seed, parameter id, stream)."""
+    import numpy as np  # here: the tuners that draw nothing (Grid, Batch) never import numpy
+
     return np.random.default_rng([seed & 0xFFFFFFFF, parameter_id, stream])
 
 
@@ -57,3 +78,22 @@ class Tuner(Protocol):
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         """Propose up to ``len(parameter_ids)`` parameter sets, one per id, in order."""
         ...
+
+
+class IgnoredModeArgs(TunerArgs):
+    """classArgs of a tuner that reads no result (Random, Grid): ``optimize_mode`` accepted as NNI does, and
+    ignored."""
+
+    optimize_mode: Literal["maximize", "minimize"] | None = None
+
+
+A = TypeVar("A", bound=TunerArgs)
+
+
+class ArgsTuner(Generic[A]):
+    """A tuner holding its classArgs: built as ``cls(args)``, ``cls()`` meaning the defaults of ``cls.Args``."""
+
+    Args: ClassVar[type[TunerArgs]]
+
+    def __init__(self, args: A | None = None) -> None:
+        self.args: A = args if args is not None else cast(A, type(self).Args())

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from nnix.errors import FieldIssue, NoMoreTrialsError, SearchSpaceError
 from nnix.space import Params, SearchSpace, key
-from nnix.tuners.base import TunerArgs, TunerContext
+from nnix.tuners.base import ArgsTuner, TunerArgs, TunerContext
 from nnix.tuners.dedup import SeenKeys
 
 _EXAMPLE = '{"combination": {"_type": "choice", "_value": [{"lr": 0.1, "bs": 16}, {"lr": 0.01, "bs": 64}]}}'
@@ -64,29 +64,53 @@ def batch_entries(space: SearchSpace, path: str = "searchSpace") -> list[Params]
     return [dict(e) for e in entries]
 
 
-class BatchTuner:
+class BatchTuner(ArgsTuner[BatchArgs]):
     """Issues the listed parameter sets in order, each as many times as it is listed."""
 
     Args: ClassVar[type[TunerArgs]] = BatchArgs
 
     def __init__(self, args: BatchArgs | None = None) -> None:
-        self.args = args or BatchArgs()
+        super().__init__(args)
         self._seen = SeenKeys()
+        self._space: SearchSpace | None = None
+        self._entries: list[Params] = []
+        self._at: dict[str, list[int]] = {}  # key -> the indexes of the entries with that key, in order
+        self._reset()
+
+    def _reset(self) -> None:
+        self._issued: list[bool] = [False] * len(self._entries)
+        self._issued_of: Counter[str] = Counter()  # key -> how many of its entries are issued (its first ones)
+        self._first = 0  # every entry before this one is issued
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
-        entries = batch_entries(ctx.space)
-        self._seen.update(ctx.history)
-        issued: Counter[str] = Counter()
-        pending: list[Params] = []
-        for entry in entries:
-            k = key(entry)
-            if issued[k] < self._seen.counts[k]:
-                issued[k] += 1
-            else:
-                pending.append(entry)
-        if parameter_ids and not pending:
+        """O(new history records + proposals) per ask: an entry is issued once for each history record with
+        its parameters (the first entries of a repeated set first); the pending ones are proposed in order."""
+        if ctx.space is not self._space:
+            self._entries = batch_entries(ctx.space)
+            self._at = {}
+            for i, entry in enumerate(self._entries):
+                self._at.setdefault(key(entry), []).append(i)
+            self._space, self._seen = ctx.space, SeenKeys()
+            self._reset()
+        if not self._seen.update(ctx.history):
+            self._reset()
+        for k in self._seen.added:
+            at, n = self._at.get(k), self._issued_of[k]
+            if at is not None and n < len(at):
+                self._issued[at[n]] = True
+                self._issued_of[k] = n + 1
+        issued, size = self._issued, len(self._entries)
+        while self._first < size and issued[self._first]:
+            self._first += 1
+        if parameter_ids and self._first == size:
             raise NoMoreTrialsError(
-                f"all {len(entries)} parameter sets of the batch have been issued",
+                f"all {size} parameter sets of the batch have been issued",
                 "add more sets to the batch search space or stop the experiment",
             )
-        return [copy.deepcopy(p) for p in pending[: len(parameter_ids)]]
+        pending: list[Params] = []
+        i = self._first
+        while i < size and len(pending) < len(parameter_ids):
+            if not issued[i]:
+                pending.append(copy.deepcopy(self._entries[i]))
+            i += 1
+        return pending

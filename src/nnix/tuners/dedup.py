@@ -23,14 +23,15 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Container, Iterator, Sequence
 from operator import attrgetter
-from typing import cast
-
-import numpy as np
+from typing import TYPE_CHECKING, cast
 
 from nnix.errors import NoMoreTrialsError
 from nnix.model.trials import TrialRecord
 from nnix.space import Key, Param, Params, SearchSpace, duplicates_possible, grid, key, sample
-from nnix.tuners.base import TunerContext, rng_for
+from nnix.tuners.base import History, TunerContext, rng_for
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "RANDOM_DRAWS",
@@ -85,18 +86,33 @@ class SeenKeys:
     """
 
     def __init__(self) -> None:
-        self._records: tuple[TrialRecord, ...] = ()
+        self._records: tuple[TrialRecord, ...] | None = ()  # None: not kept (a History was counted)
+        self._n = 0
+        self._lineage: object | None = None
         self.counts: Counter[str] = Counter()
+        self.added: list[str] = []  # the keys the last update counted, in history order
 
     def update(self, history: Sequence[TrialRecord]) -> bool:
-        """Catch up with ``history``. True if it extends the previous one (the counts only grew)."""
-        extends = same_params(self._records, history)
-        n_old = len(self._records) if extends else 0
+        """Catch up with ``history``. True if it extends the previous one (the counts only grew).
+
+        A :class:`~nnix.tuners.base.History` is taken at its word: a longer one of the same lineage costs
+        O(new records), and nothing of it is kept (neither compared, nor copied, nor freed here); a new lineage
+        is counted afresh. Another sequence is compared with the previous one (one C-level pass)."""
+        n_old = self._n
+        if isinstance(history, History):
+            extends = history.lineage is self._lineage and len(history) >= n_old
+            self._lineage, records = history.lineage, None
+        else:
+            extends = self._records is not None and same_params(self._records, history)
+            self._lineage, records = None, history if isinstance(history, tuple) else tuple(history)
         if not extends:
             self.counts = Counter()
-        for record in history[n_old:]:
-            self.counts[key(record.params)] += 1
-        self._records = history if isinstance(history, tuple) else tuple(history)
+            n_old = 0
+        counts = self.counts
+        self.added = [key(record.params) for record in (history[n_old:] if n_old else history)]
+        for k in self.added:
+            counts[k] += 1
+        self._records, self._n = records, len(history)
         return extends
 
     def __contains__(self, k: object) -> bool:

@@ -7,27 +7,27 @@ where every parameter is categorical), the history's keys kept by :class:`~nnix.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from nnix.errors import FieldIssue, NoMoreTrialsError, SearchSpaceError
 from nnix.space import Params
-from nnix.tuners.base import TunerArgs, TunerContext
+from nnix.tuners.base import ArgsTuner, IgnoredModeArgs, TunerArgs, TunerContext
 from nnix.tuners.dedup import Deduplicator, GridCursor, GridIndex, SeenKeys
 
 __all__ = ["GridCursor", "GridIndex", "GridSearchArgs", "GridSearchTuner", "SeenKeys"]
 
 
-class GridSearchArgs(TunerArgs):
-    optimize_mode: Literal["maximize", "minimize"] | None = None  # accepted as NNI does, and ignored
+class GridSearchArgs(IgnoredModeArgs):
+    """GridSearch takes only ``optimize_mode`` (ignored)."""
 
 
-class GridSearchTuner:
+class GridSearchTuner(ArgsTuner[GridSearchArgs]):
     """Proposes the grid points (see :func:`nnix.space.grid`) that no trial in the history has used."""
 
     Args: ClassVar[type[TunerArgs]] = GridSearchArgs
 
     def __init__(self, args: GridSearchArgs | None = None) -> None:
-        self.args = args or GridSearchArgs()
+        super().__init__(args)
         self._dedup = Deduplicator()
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:

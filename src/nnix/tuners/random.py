@@ -10,27 +10,26 @@ none is left the space is exhausted.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from nnix.space import Params, sample
-from nnix.tuners.base import TunerArgs, TunerContext, rng_for
+from nnix.tuners.base import ArgsTuner, IgnoredModeArgs, TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import RANDOM_DRAWS, Deduplicator
 
 DRAWS_BEFORE_GRID = RANDOM_DRAWS  # random draws per proposal before falling back to the grid
 
 
-class RandomArgs(TunerArgs):
+class RandomArgs(IgnoredModeArgs):
     seed: int | None = None  # overrides the experiment's seed when set
-    optimize_mode: Literal["maximize", "minimize"] | None = None  # accepted as NNI does, and ignored
 
 
-class RandomTuner:
+class RandomTuner(ArgsTuner[RandomArgs]):
     """Uniform random search with NNI's deduplication."""
 
     Args: ClassVar[type[TunerArgs]] = RandomArgs
 
     def __init__(self, args: RandomArgs | None = None) -> None:
-        self.args = args or RandomArgs()
+        super().__init__(args)
         self._dedup = Deduplicator()
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
