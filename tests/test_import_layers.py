@@ -10,6 +10,7 @@ every import goes down :data:`LAYERS` or stays within its layer; the leaf rule c
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,18 +88,26 @@ def _imports(path: Path) -> Iterator[tuple[str, bool]]:
     yield from visit(ast.parse(path.read_text(encoding="utf-8")), True)
 
 
-def package_graph(module_level_only: bool) -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
+@functools.cache
+def _all_imports() -> tuple[tuple[str, str, bool], ...]:
+    """``(source package, imported nnix module, at module level)`` for every source file, parsed once per session."""
+    out: list[tuple[str, str, bool]] = []
     for path in sorted(ROOT.rglob("*.py")):
         if "_shim" in path.parts:  # the ``import nni`` shim ships as its own top-level package
             continue
         source = package_of(_module_name(path))
-        for target, top in _imports(path):
-            if module_level_only and not top:
-                continue
-            dest = package_of(target)
-            if dest != source:
-                graph.setdefault(source, set()).add(dest)
+        out.extend((source, target, top) for target, top in _imports(path))
+    return tuple(out)
+
+
+def package_graph(module_level_only: bool) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for source, target, top in _all_imports():
+        if module_level_only and not top:
+            continue
+        dest = package_of(target)
+        if dest != source:
+            graph.setdefault(source, set()).add(dest)
     return graph
 
 
