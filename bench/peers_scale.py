@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -327,7 +326,7 @@ def build_journal(path: Path, trials: int, intermediates: int) -> None:
     mine = list(journal_lines(template, 1, 2))
     if mine != template:
         raise SystemExit("the journal generator does not reproduce Optuna's own lines for one trial:\n"
-                         + "\n".join(a + "\n" + b for a, b in zip(template, mine) if a != b))
+                         + "\n".join(a + "\n" + b for a, b in zip(template, mine, strict=False) if a != b))
     per_trial = intermediates + 3
     with open(path, "w", encoding="utf-8") as f:
         chunk: list[str] = []
@@ -397,6 +396,10 @@ def _journal_ops(path: Path) -> list[dict[str, Any]]:
     return ops
 
 
+def _first_diff(a: list[Any], b: list[Any]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
 def verify(trials: int, intermediates: int) -> int:
     optuna = _quiet_optuna()
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # Optuna's API pays a commit per report: keep it off disk
@@ -427,7 +430,7 @@ def verify(trials: int, intermediates: int) -> int:
         for name, ts in loaded.items():
             keys = [_trial_key(t) for t in ts]
             if keys != ref:
-                bad = next((i for i, (a, b) in enumerate(zip(keys, ref)) if a != b), min(len(keys), len(ref)))
+                bad = _first_diff(keys, ref)
                 problems.append(f"{name}: trials differ from api rdb's (first at index {bad}, "
                                 f"{len(keys)} vs {len(ref)} trials)")
             for t in ts:
@@ -444,8 +447,7 @@ def verify(trials: int, intermediates: int) -> int:
                 problems.append(f"RDB table {table}: rows differ between the API-built and the bulk-built file")
         api_ops, bulk_ops = _journal_ops(d / "api.log"), _journal_ops(d / "bulk.log")
         if api_ops != bulk_ops:
-            bad = next((i for i, (a, b) in enumerate(zip(api_ops, bulk_ops)) if a != b), min(len(api_ops),
-                                                                                             len(bulk_ops)))
+            bad = _first_diff(api_ops, bulk_ops)
             problems.append(f"journal: operation lines differ (first at line {bad + 1}; "
                             f"{len(api_ops)} vs {len(bulk_ops)} lines)")
         print(f"verify: {trials} trials x {intermediates} intermediates, Optuna {optuna.__version__}: "
@@ -539,7 +541,10 @@ def main() -> int:
         print(f"  {kind:8s} (built in {r['build_s']:.0f} s, {r['size_gb']:.2f} GB on disk)")
         for what, label in (("load", "load_study + trials"), ("dashboard", "dashboard trial list")):
             m = r[what]
-            fig = f"{m['s']:8.2f} s, peak RSS {m['rss_gb']:.2f} GB" if m["s"] is not None else f"  stopped: {m['stopped']}"
+            if m["s"] is not None:
+                fig = f"{m['s']:8.2f} s, peak RSS {m['rss_gb']:.2f} GB"
+            else:
+                fig = f"  stopped: {m['stopped']}"
             print(f"    {label:22s}{fig}   (load average {m['loadavg'][0]:.1f} -> {m['loadavg'][1]:.1f})")
     return 0
 
