@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,10 @@ def parameter_record(t: TrialState) -> str:
 _SCAN: Any = object()
 
 
+def _has_compat(v: TrialView) -> bool:
+    return v.compat is not None
+
+
 def trial_info(t: TrialState, final: Metric | None = _SCAN, exp_dir: Path | None = None) -> dict[str, Any]:
     """NNI's TrialJobInfo. ``final``: the trial's final result (None: it has none) when the caller knows it,
     which saves a scan of its metrics. ``message``: why it ended (FAILED, EARLY_STOPPED, canceled);
@@ -97,14 +102,13 @@ def trial_info(t: TrialState, final: Metric | None = _SCAN, exp_dir: Path | None
         info["startTime"] = ms(t.started_at)
     if t.ended_at is not None:
         info["endTime"] = ms(t.ended_at)
-    if t.output_dir:
-        local = Path(t.output_dir).is_absolute()
-        info["logPath"] = f"file://localhost:{t.output_dir}" if local else t.output_dir  # NNI: host:path remotely
-        here = Path(t.output_dir) if local else None
-        if here is None and exp_dir is not None:
-            here = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
-        if t.status is TrialStatus.FAILED and here is not None:
-            info["stderrPath"] = f"file://localhost:{here}/trial.stderr"
+    if out := t.output_dir:
+        local = os.path.isabs(out)  # (not pathlib: a full list asks this of every trial)
+        info["logPath"] = f"file://localhost:{out}" if local else out  # NNI: host:path remotely
+        if t.status is TrialStatus.FAILED:
+            here = Path(out) if local else None if exp_dir is None else trial_files_dir(exp_dir, t.trial_id, out)
+            if here is not None:
+                info["stderrPath"] = f"file://localhost:{here}/trial.stderr"
     if t.environment_id:
         info["envId"] = t.environment_id
     if t.message:
@@ -297,12 +301,18 @@ def routes(ctx: ApiContext) -> list[Route]:
         def info(t: TrialState, final: Metric | None) -> dict[str, Any]:
             return trial_info(t, final, m.exp_dir)
 
-        def build() -> bytes:
-            trials = (t for t in each_trial(m.state.trials) if not status or t.status.value == status)
-            return b"[" + b",".join([ctx.views.compat(t, info) for t in trials]) + b"]"
+        def jobs() -> Iterator[bytes | None]:
+            # each trial's TrialJobInfo as last encoded where nothing changed it (a trial a snapshot holds is read
+            # only for its first one), encoded a slice at a time (a full list of 100k trials is not held whole)
+            for x in ctx.views.each(_has_compat):
+                if isinstance(x, TrialView):
+                    yield x.compat if not status or x.summary["status"] == status else None
+                elif not status or x.status.value == status:
+                    yield ctx.views.compat(x, info)
+                else:
+                    yield None
 
-        # one build per state version, shared by every client polling it
-        return JSON(ctx.views.listing("trial-jobs", (id(m.state), m.state.last_seq, status), build))
+        return JSONStream(jobs())
 
     @route.get("/trial-jobs/{id}")
     async def trial_job(request: Request) -> Response:
@@ -380,14 +390,16 @@ def routes(ctx: ApiContext) -> list[Route]:
 
     @route.get("/export-data")
     async def export_data(_: Request) -> Response:
-        def row(_: TrialState, v: TrialView) -> bytes | None:
+        def row(v: TrialView) -> bytes | None:
             s = v.summary
             if not s["hasFinal"]:
                 return None
             return dumps({"parameter": s["params"], "value": value_json(s["final"]), "trialJobId": s["id"]})
 
-        rows = [ctx.views.fragment(t, "export", None, row) for t in each_trial(m.state.trials)]
-        return JSON(b"[" + b",".join(r for r in rows if r is not None) + b"]")
+        views = ctx.views
+        # from each trial's view (a trial a snapshot holds is not read again where it has one), streamed
+        return JSONStream(views.view_fragment(x if isinstance(x, TrialView) else views.entry(x), "export", None, row)
+                          for x in views.each())
 
     @route.post("/experiment/import-data")
     async def import_data(request: Request) -> Response:
