@@ -188,9 +188,11 @@ class TrialViews:
         self._lists[(name, key)] = data
         return data
 
-    async def warm(self, chunk: int = 500) -> None:
-        """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s),
-        a chunk at a time so the loop keeps serving meanwhile."""
+    async def warm(self, chunk: int = 500,
+                   info: Callable[[TrialState, Metric | None], dict[str, Any]] | None = None) -> None:
+        """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s), and NNI's
+        TrialJobInfo (:meth:`compat`) where ``info`` makes it, a chunk at a time so the loop keeps serving
+        meanwhile."""
         import asyncio
 
         # a trial a snapshot holds is read for its summary and let go (not built into the state)
@@ -198,7 +200,10 @@ class TrialViews:
         try:
             while batch := list(islice(trials, chunk)):
                 for t in batch:
-                    self.entry(t)
+                    if info is None:
+                        self.entry(t)
+                    else:
+                        self.compat(t, info)
                 await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
