@@ -139,6 +139,5 @@ def create_app(
     except RuntimeError:
         loop = None
     if loop is not None:
-        # (with NNI's TrialJobInfo: a trial-jobs list then reads no trial from the snapshot again)
-        ctx.extra["warm"] = loop.create_task(views.warm(info=lambda t, f: compat.trial_info(t, f, manager.exp_dir)))
+        ctx.extra["warm"] = loop.create_task(views.warm())
     return ApiApp(inner, ctx)

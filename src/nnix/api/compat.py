@@ -45,10 +45,14 @@ def value_json(value: Any) -> str:
 
 
 def metric_record(t: TrialState, m: Metric) -> dict[str, Any]:
+    return _metric_record(t.trial_id, t.parameter_id, m)
+
+
+def _metric_record(trial_id: str, parameter_id: Any, m: Metric) -> dict[str, Any]:
     return {
         "timestamp": ms(m.ts),
-        "trialJobId": t.trial_id,
-        "parameterId": None if t.parameter_id is None else str(t.parameter_id),
+        "trialJobId": trial_id,
+        "parameterId": None if parameter_id is None else str(parameter_id),
         "type": m.type.value,
         "sequence": m.sequence,
         "data": json.dumps(value_json(m.value)),
@@ -76,15 +80,15 @@ def metric_records(t: TrialState, metrics: Iterable[Metric], mtype: str | None =
 
 
 def parameter_record(t: TrialState) -> str:
-    return value_json({"parameter_id": t.parameter_id, "parameter_source": t.source, "parameters": t.params,
+    return _parameter_record(t.parameter_id, t.source, t.params)
+
+
+def _parameter_record(parameter_id: Any, source: str, params: Any) -> str:
+    return value_json({"parameter_id": parameter_id, "parameter_source": source, "parameters": params,
                        "parameter_index": 0})
 
 
 _SCAN: Any = object()
-
-
-def _has_compat(v: TrialView) -> bool:
-    return v.compat is not None
 
 
 def trial_info(t: TrialState, final: Metric | None = _SCAN, exp_dir: Path | None = None) -> dict[str, Any]:
@@ -92,31 +96,45 @@ def trial_info(t: TrialState, final: Metric | None = _SCAN, exp_dir: Path | None
     which saves a scan of its metrics. ``message``: why it ended (FAILED, EARLY_STOPPED, canceled);
     ``stderrPath`` (FAILED): its stderr on this machine, the manager's copy for a trial that ran elsewhere when
     ``exp_dir`` is given."""
+    return _job_info(t.trial_id, t.sequence_id, t.status.value, t.parameter_id, t.source, t.params, ms(t.started_at),
+                     ms(t.ended_at), t.output_dir, t.environment_id, t.message,
+                     t.final if final is _SCAN else final, exp_dir)
+
+
+def view_info(v: TrialView, final: Metric | None, exp_dir: Path | None = None) -> dict[str, Any]:
+    """:func:`trial_info` of the trial whose current view is ``v`` (its summary, output directory and final
+    result: a trial a snapshot holds is not read again for it)."""
+    s = v.summary
+    return _job_info(s["id"], s["seq"], s["status"], s["parameterId"], s["source"], s["params"], s["start"], s["end"],
+                     v.out, s["env"], s["message"], final, exp_dir)
+
+
+def _job_info(tid: str, seq: int, status: str, pid: Any, source: str, params: Any, start: int | None,
+              end: int | None, out: str | None, env: str | None, message: str | None, final: Metric | None,
+              exp_dir: Path | None) -> dict[str, Any]:
     info: dict[str, Any] = {
-        "trialJobId": t.trial_id,
-        "sequenceId": t.sequence_id,
-        "status": t.status.value,
-        "hyperParameters": [parameter_record(t)],
+        "trialJobId": tid,
+        "sequenceId": seq,
+        "status": status,
+        "hyperParameters": [_parameter_record(pid, source, params)],
     }
-    if t.started_at is not None:
-        info["startTime"] = ms(t.started_at)
-    if t.ended_at is not None:
-        info["endTime"] = ms(t.ended_at)
-    if out := t.output_dir:
+    if start is not None:
+        info["startTime"] = start
+    if end is not None:
+        info["endTime"] = end
+    if out:
         local = os.path.isabs(out)  # (not pathlib: a full list asks this of every trial)
         info["logPath"] = f"file://localhost:{out}" if local else out  # NNI: host:path remotely
-        if t.status is TrialStatus.FAILED:
-            here = Path(out) if local else None if exp_dir is None else trial_files_dir(exp_dir, t.trial_id, out)
+        if status == "FAILED":
+            here = Path(out) if local else None if exp_dir is None else trial_files_dir(exp_dir, tid, out)
             if here is not None:
                 info["stderrPath"] = f"file://localhost:{here}/trial.stderr"
-    if t.environment_id:
-        info["envId"] = t.environment_id
-    if t.message:
-        info["message"] = t.message
-    if final is _SCAN:
-        final = t.final
+    if env:
+        info["envId"] = env
+    if message:
+        info["message"] = message
     if final is not None:
-        info["finalMetricData"] = [metric_record(t, final)]
+        info["finalMetricData"] = [_metric_record(tid, pid, final)]
     return info
 
 
@@ -298,19 +316,16 @@ def routes(ctx: ApiContext) -> list[Route]:
         if status and status not in TrialStatus.__members__:
             raise ApiError(400, f"status must be one of {', '.join(TrialStatus.__members__)}")
 
-        def info(t: TrialState, final: Metric | None) -> dict[str, Any]:
-            return trial_info(t, final, m.exp_dir)
+        def info(v: TrialView, final: Metric | None) -> dict[str, Any]:
+            return view_info(v, final, m.exp_dir)
 
         def jobs() -> Iterator[bytes | None]:
-            # each trial's TrialJobInfo as last encoded where nothing changed it (a trial a snapshot holds is read
-            # only for its first one), encoded a slice at a time (a full list of 100k trials is not held whole)
-            for x in ctx.views.each(_has_compat):
-                if isinstance(x, TrialView):
-                    yield x.compat if not status or x.summary["status"] == status else None
-                elif not status or x.status.value == status:
-                    yield ctx.views.compat(x, info)
-                else:
-                    yield None
+            # each trial's TrialJobInfo made from its view (a trial a snapshot holds is not read again where it has
+            # one) and kept until the trial changes; encoded a slice at a time (100k trials are not held whole)
+            views = ctx.views
+            for x in views.each():
+                v = x if isinstance(x, TrialView) else views.entry(x)
+                yield views.compat(v, info) if not status or v.summary["status"] == status else None
 
         return JSONStream(jobs())
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from nnix.api.common import ApiError, dumps, ms
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState, each_trial, each_trial_or_known
+from nnix.core.state import Metric, TrialState, each_trial_or_known
 from nnix.model.metrics import scalar_value
 from nnix.model.status import MetricType, TrialStatus
 from nnix.version import __version__
@@ -80,6 +80,7 @@ class TrialView:
     fragments: dict[str, tuple[Any, bytes | None]] | None = None
     scan: MetricScan | None = None
     compat_key: tuple[Any, ...] | None = None
+    out: str | None = None  # the trial's output directory (with the summary: what NNI's TrialJobInfo needs)
 
 
 def summarize(t: TrialState, scan: MetricScan | None = None) -> dict[str, Any]:
@@ -149,10 +150,10 @@ class TrialViews:
             scan = MetricScan() if c is None or c.scan is None else c.scan
             s = summarize(t, scan)
             if c is None:
-                c = TrialView(v, s, dumps(s), scan=scan)
+                c = TrialView(v, s, dumps(s), scan=scan, out=t.output_dir)
                 self._cache[t.trial_id] = c
             else:  # what does not depend on intermediate results (NNI's TrialJobInfo) is kept
-                c.version, c.summary, c.encoded, c.fragments = v, s, dumps(s), None
+                c.version, c.summary, c.encoded, c.fragments, c.out = v, s, dumps(s), None, t.output_dir
         return c
 
     def summary(self, t: TrialState) -> dict[str, Any]:
@@ -161,15 +162,16 @@ class TrialViews:
     def encoded(self, t: TrialState) -> bytes:
         return self.entry(t).encoded
 
-    def compat(self, t: TrialState, build: Callable[[TrialState, Metric | None], dict[str, Any]]) -> bytes:
-        """NNI's TrialJobInfo of ``t``, JSON-encoded; ``build(t, final)`` makes it. Cached until the trial's
-        status, times, messages or final result change (not at each intermediate result)."""
-        c = self.entry(t)
+    def compat(self, c: TrialView, build: Callable[[TrialView, Metric | None], dict[str, Any]]) -> bytes:
+        """NNI's TrialJobInfo of the trial whose current view is ``c``, JSON-encoded; ``build(c, final)`` makes it
+        from the view. Cached until the trial's status, times, messages or final result change (not at each
+        intermediate result)."""
         final = c.scan.final if c.scan is not None else None
-        key = (t.status, t.started_at, t.ended_at, t.message, t.environment_id, t.output_dir, id(final),
-               t.parameter_id, t.sequence_id)
+        s = c.summary
+        key = (s["status"], s["start"], s["end"], s["message"], s["env"], c.out, id(final), s["parameterId"],
+               s["seq"])
         if c.compat is None or c.compat_key != key:
-            c.compat = dumps(build(t, final))
+            c.compat = dumps(build(c, final))
             c.compat_key = key
         return c.compat
 
@@ -188,22 +190,26 @@ class TrialViews:
         self._lists[(name, key)] = data
         return data
 
-    async def warm(self, chunk: int = 500,
-                   info: Callable[[TrialState, Metric | None], dict[str, Any]] | None = None) -> None:
-        """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s), and NNI's
-        TrialJobInfo (:meth:`compat`) where ``info`` makes it, a chunk at a time so the loop keeps serving
-        meanwhile."""
+    async def warm(self, chunk: int = 500) -> None:
+        """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s), a chunk at a time
+        so the loop keeps serving meanwhile (at most ``chunk`` trials and about WARM_SLICE seconds per loop turn:
+        a streamed list sent meanwhile is not slowed to the pace of the warm-up)."""
         import asyncio
 
-        # a trial a snapshot holds is read for its summary and let go (not built into the state)
-        trials = each_trial(self.manager.state.trials)
+        # a trial a snapshot holds is read for its summary and let go (not built into the state); one whose view
+        # a request made meanwhile is not read again
+        trials = self.each()
+        clock = time.perf_counter
         try:
             while batch := list(islice(trials, chunk)):
-                for t in batch:
-                    if info is None:
-                        self.entry(t)
-                    else:
-                        self.compat(t, info)
+                deadline = clock() + WARM_SLICE
+                for n, t in enumerate(batch, 1):
+                    if isinstance(t, TrialView):
+                        continue
+                    self.entry(t)
+                    if clock() >= deadline and n < len(batch):
+                        await asyncio.sleep(0)
+                        deadline = clock() + WARM_SLICE
                 await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
@@ -237,6 +243,9 @@ class TrialViews:
         for its first view, which then serves as it is (nothing changed that trial, or it would be built)."""
         return [t if isinstance(t, TrialView) else self.entry(t)
                 for t in each_trial_or_known(self.manager.state.trials, self._cache)]
+
+
+WARM_SLICE = 0.004  # seconds of warming per loop turn at most (about)
 
 
 LIST_KEEP = 1 << 20  # bytes: a serialized list larger than this is not kept for the next client
