@@ -76,3 +76,38 @@ def test_metric_data_is_streamed_while_others_are_served(finished: Path, h: Any)
                 assert len(got) == len(t.metrics) and got[-1]["sequence"] == 100 + 39_999
 
     h.run(go())
+
+
+def test_a_stream_fitting_one_slice_is_sent_whole_and_a_long_one_in_pieces() -> None:
+    """A short answer goes out as any other response (its length known: a client that half-closes after its request
+    still gets it); a long one in slices of its own (no length)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from nnix.api.jsonstream import JSONStream
+    from nnix.testing.asgi import paused_get
+
+    async def short(_: Request) -> Response:
+        return JSONStream([b"1", None, b"2"], head=b'{"a":[', tail=b"]}", headers={"x-kept": "yes"})
+
+    async def long(_: Request) -> Response:
+        return JSONStream(json.dumps("x" * 1000).encode() for _ in range(3 * SLICE_BYTES // 1000))
+
+    app = Starlette(routes=[Route("/short", short), Route("/long", long)])
+
+    async def go() -> None:
+        resp = paused_get(app, "/short")
+        await asyncio.wait_for(resp.done.wait(), 60)
+        assert resp.status == 200 and resp.headers["content-length"] == str(len(b'{"a":[1,2]}'))
+        assert resp.headers["x-kept"] == "yes" and resp.headers["content-type"].startswith("application/json")
+        assert json.loads(resp.body) == {"a": [1, 2]}
+        resp = paused_get(app, "/long")
+        await asyncio.wait_for(resp.first.wait(), 60)
+        assert "content-length" not in resp.headers and not resp.done.is_set()
+        resp.resume()
+        await asyncio.wait_for(resp.done.wait(), 60)
+        assert len(json.loads(resp.body)) == 3 * SLICE_BYTES // 1000
+
+    asyncio.run(go())

@@ -88,3 +88,51 @@ def test_warming_summarizes_the_trials_of_a_snapshot_a_chunk_at_a_time_without_b
     assert built[0] <= 3 and built[-1] == 10 and len(set(built)) >= 4  # 3, 6, 9, 10 trials read, a turn apart
     assert trials.built() == []
     assert [views.summary(t)["metric"] for t in state.trials.values()] == [i * 0.1 for i in range(10)]
+
+
+def test_full_lists_of_a_warmed_snapshot_read_no_trial_again(finished: Path, h: Any, monkeypatch: Any) -> None:
+    """Once warmed, NNI's trial-jobs and export-data and the native full list answer from the kept views: no trial
+    a snapshot holds is read from it again (a 100k-trial list costs a join, not a decode per trial)."""
+    import json
+
+    from nnix.api.app import create_app
+    from nnix.api.compat import trial_info
+    from nnix.core import state as state_mod
+    from nnix.core.state import TrialTable, fold_store, write_snapshot
+    from nnix.home import STORE_NAME
+    from nnix.host.build import build_manager
+    from nnix.store.sqlite import SqliteStore
+
+    store = SqliteStore(finished / STORE_NAME)
+    full = fold_store(store)
+    write_snapshot(store, full)
+    store.close()
+    want_jobs = [trial_info(t, exp_dir=finished) for t in full.trials.values()]
+    manager = build_manager(finished)
+    assert isinstance(manager.state.trials, TrialTable) and manager.state.trials.pending
+
+    async def go() -> None:
+        app = create_app(manager, read_only=True)
+        await app.ctx.extra["warm"]
+
+        def read_again(*_: Any, **__: Any) -> Any:
+            raise AssertionError("a trial was read from the snapshot again")
+
+        monkeypatch.setattr(state_mod._Source, "build", read_again)
+        async with h.client(app) as c:
+            for _ in range(2):
+                jobs = await c.get("/api/v1/nni/trial-jobs")
+                assert jobs.status_code == 200 and jobs.json() == json.loads(json.dumps(want_jobs)), jobs.text
+                export = (await c.get("/api/v1/nni/export-data")).json()
+                assert sorted(r["trialJobId"] for r in export) == sorted(
+                    t.trial_id for t in full.trials.values() if t.final is not None)
+                every = (await c.get("/api/nnix/v1/trials", params={"limit": "all"})).json()
+                assert [x["id"] for x in every["items"]] == list(full.trials) and every["total"] == len(full.trials)
+            failed = (await c.get("/api/v1/nni/trial-jobs", params={"status": "FAILED"})).json()
+            assert [x["trialJobId"] for x in failed] == [t.trial_id for t in full.trials.values()
+                                                          if t.status is TrialStatus.FAILED]
+        built = manager.state.trials
+        assert isinstance(built, TrialTable) and [t.trial_id for t in built.built()] == [
+            t.trial_id for t in full.trials.values() if not t.status.is_terminal]  # the others were never built
+
+    h.run(go())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,14 @@ def value_json(value: Any) -> str:
 
 
 def metric_record(t: TrialState, m: Metric) -> dict[str, Any]:
+    return _metric_record(t.trial_id, t.parameter_id, m)
+
+
+def _metric_record(trial_id: str, parameter_id: Any, m: Metric) -> dict[str, Any]:
     return {
         "timestamp": ms(m.ts),
-        "trialJobId": t.trial_id,
-        "parameterId": None if t.parameter_id is None else str(t.parameter_id),
+        "trialJobId": trial_id,
+        "parameterId": None if parameter_id is None else str(parameter_id),
         "type": m.type.value,
         "sequence": m.sequence,
         "data": json.dumps(value_json(m.value)),
@@ -75,7 +80,11 @@ def metric_records(t: TrialState, metrics: Iterable[Metric], mtype: str | None =
 
 
 def parameter_record(t: TrialState) -> str:
-    return value_json({"parameter_id": t.parameter_id, "parameter_source": t.source, "parameters": t.params,
+    return _parameter_record(t.parameter_id, t.source, t.params)
+
+
+def _parameter_record(parameter_id: Any, source: str, params: Any) -> str:
+    return value_json({"parameter_id": parameter_id, "parameter_source": source, "parameters": params,
                        "parameter_index": 0})
 
 
@@ -87,32 +96,45 @@ def trial_info(t: TrialState, final: Metric | None = _SCAN, exp_dir: Path | None
     which saves a scan of its metrics. ``message``: why it ended (FAILED, EARLY_STOPPED, canceled);
     ``stderrPath`` (FAILED): its stderr on this machine, the manager's copy for a trial that ran elsewhere when
     ``exp_dir`` is given."""
+    return _job_info(t.trial_id, t.sequence_id, t.status.value, t.parameter_id, t.source, t.params, ms(t.started_at),
+                     ms(t.ended_at), t.output_dir, t.environment_id, t.message,
+                     t.final if final is _SCAN else final, exp_dir)
+
+
+def view_info(v: TrialView, final: Metric | None, exp_dir: Path | None = None) -> dict[str, Any]:
+    """:func:`trial_info` of the trial whose current view is ``v`` (its summary, output directory and final
+    result: a trial a snapshot holds is not read again for it)."""
+    s = v.summary
+    return _job_info(s["id"], s["seq"], s["status"], s["parameterId"], s["source"], s["params"], s["start"], s["end"],
+                     v.out, s["env"], s["message"], final, exp_dir)
+
+
+def _job_info(tid: str, seq: int, status: str, pid: Any, source: str, params: Any, start: int | None,
+              end: int | None, out: str | None, env: str | None, message: str | None, final: Metric | None,
+              exp_dir: Path | None) -> dict[str, Any]:
     info: dict[str, Any] = {
-        "trialJobId": t.trial_id,
-        "sequenceId": t.sequence_id,
-        "status": t.status.value,
-        "hyperParameters": [parameter_record(t)],
+        "trialJobId": tid,
+        "sequenceId": seq,
+        "status": status,
+        "hyperParameters": [_parameter_record(pid, source, params)],
     }
-    if t.started_at is not None:
-        info["startTime"] = ms(t.started_at)
-    if t.ended_at is not None:
-        info["endTime"] = ms(t.ended_at)
-    if t.output_dir:
-        local = Path(t.output_dir).is_absolute()
-        info["logPath"] = f"file://localhost:{t.output_dir}" if local else t.output_dir  # NNI: host:path remotely
-        here = Path(t.output_dir) if local else None
-        if here is None and exp_dir is not None:
-            here = trial_files_dir(exp_dir, t.trial_id, t.output_dir)
-        if t.status is TrialStatus.FAILED and here is not None:
-            info["stderrPath"] = f"file://localhost:{here}/trial.stderr"
-    if t.environment_id:
-        info["envId"] = t.environment_id
-    if t.message:
-        info["message"] = t.message
-    if final is _SCAN:
-        final = t.final
+    if start is not None:
+        info["startTime"] = start
+    if end is not None:
+        info["endTime"] = end
+    if out:
+        local = os.path.isabs(out)  # (not pathlib: a full list asks this of every trial)
+        info["logPath"] = f"file://localhost:{out}" if local else out  # NNI: host:path remotely
+        if status == "FAILED":
+            here = Path(out) if local else None if exp_dir is None else trial_files_dir(exp_dir, tid, out)
+            if here is not None:
+                info["stderrPath"] = f"file://localhost:{here}/trial.stderr"
+    if env:
+        info["envId"] = env
+    if message:
+        info["message"] = message
     if final is not None:
-        info["finalMetricData"] = [metric_record(t, final)]
+        info["finalMetricData"] = [_metric_record(tid, pid, final)]
     return info
 
 
@@ -294,15 +316,18 @@ def routes(ctx: ApiContext) -> list[Route]:
         if status and status not in TrialStatus.__members__:
             raise ApiError(400, f"status must be one of {', '.join(TrialStatus.__members__)}")
 
-        def info(t: TrialState, final: Metric | None) -> dict[str, Any]:
-            return trial_info(t, final, m.exp_dir)
+        def info(v: TrialView, final: Metric | None) -> dict[str, Any]:
+            return view_info(v, final, m.exp_dir)
 
-        def build() -> bytes:
-            trials = (t for t in each_trial(m.state.trials) if not status or t.status.value == status)
-            return b"[" + b",".join([ctx.views.compat(t, info) for t in trials]) + b"]"
+        def jobs() -> Iterator[bytes | None]:
+            # each trial's TrialJobInfo made from its view (a trial a snapshot holds is not read again where it has
+            # one) and kept until the trial changes; encoded a slice at a time (100k trials are not held whole)
+            views = ctx.views
+            for x in views.each():
+                v = x if isinstance(x, TrialView) else views.entry(x)
+                yield views.compat(v, info) if not status or v.summary["status"] == status else None
 
-        # one build per state version, shared by every client polling it
-        return JSON(ctx.views.listing("trial-jobs", (id(m.state), m.state.last_seq, status), build))
+        return JSONStream(jobs())
 
     @route.get("/trial-jobs/{id}")
     async def trial_job(request: Request) -> Response:
@@ -380,14 +405,16 @@ def routes(ctx: ApiContext) -> list[Route]:
 
     @route.get("/export-data")
     async def export_data(_: Request) -> Response:
-        def row(_: TrialState, v: TrialView) -> bytes | None:
+        def row(v: TrialView) -> bytes | None:
             s = v.summary
             if not s["hasFinal"]:
                 return None
             return dumps({"parameter": s["params"], "value": value_json(s["final"]), "trialJobId": s["id"]})
 
-        rows = [ctx.views.fragment(t, "export", None, row) for t in each_trial(m.state.trials)]
-        return JSON(b"[" + b",".join(r for r in rows if r is not None) + b"]")
+        views = ctx.views
+        # from each trial's view (a trial a snapshot holds is not read again where it has one), streamed
+        return JSONStream(views.view_fragment(x if isinstance(x, TrialView) else views.entry(x), "export", None, row)
+                          for x in views.each())
 
     @route.post("/experiment/import-data")
     async def import_data(request: Request) -> Response:

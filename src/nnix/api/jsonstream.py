@@ -14,7 +14,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 SLICE_SECONDS = 0.001  # encode at most this long before letting the loop run
 SLICE_BYTES = 256 * 1024  # send when this much is encoded
@@ -46,10 +47,34 @@ async def json_array(parts: Iterable[bytes | None], *, head: bytes = b"[", tail:
 
 
 class JSONStream(StreamingResponse):
-    """A streamed JSON response (see :func:`json_array`)."""
+    """A streamed JSON response (see :func:`json_array`). One that fits in its first slice is sent whole, as any
+    other response (with its length; a client that half-closes its side after the request still gets it)."""
 
     media_type = "application/json"
 
     def __init__(self, parts: Iterable[bytes | None], *, head: bytes = b"[", tail: bytes = b"]",
                  status_code: int = 200, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(json_array(parts, head=head, tail=tail), status_code=status_code, headers=headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = self.body_iterator
+        first: list[bytes | str | memoryview] = []
+        async for chunk in body:
+            first.append(chunk)
+            if len(first) == 2:
+                break
+        else:  # the whole answer in one slice
+            content = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in first)
+            whole = Response(content, status_code=self.status_code)
+            whole.raw_headers = [*self.raw_headers, (b"content-length", str(len(content)).encode())]
+            await whole(scope, receive, send)
+            return
+
+        async def rest() -> AsyncIterator[bytes | str | memoryview]:
+            for chunk in first:
+                yield chunk
+            async for chunk in body:
+                yield chunk
+
+        self.body_iterator = rest()
+        await super().__call__(scope, receive, send)

@@ -132,6 +132,10 @@ def routes(ctx: ApiContext) -> list[Route]:
                     f'{"null" if query.limit is None else query.limit},"seq":{m.state.last_seq},"items":[').encode()
             return head + b",".join(v.encoded for v in page) + b"]}"
 
+        if query.limit is None:  # a full list: streamed a slice at a time (not joined whole, nor kept)
+            total, page = query.run(ctx.views.all())
+            head = f'{{"total":{total},"offset":{query.offset},"limit":null,"seq":{m.state.last_seq},"items":['
+            return JSONStream((v.encoded for v in page), head=head.encode(), tail=b"]}")
         if query.sort == "duration":  # running trials' durations grow with the clock
             return JSON(build())
         key = (id(m.state), m.state.last_seq, query.statuses, query.search, query.sort, query.descending,

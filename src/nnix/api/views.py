@@ -11,14 +11,14 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
 from nnix.api.common import ApiError, dumps, ms
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState, each_trial, each_trial_or_known
+from nnix.core.state import Metric, TrialState, each_trial_or_known
 from nnix.model.metrics import scalar_value
 from nnix.model.status import MetricType, TrialStatus
 from nnix.version import __version__
@@ -35,7 +35,7 @@ def _version(t: TrialState) -> tuple[Any, ...]:
     return (t.status, t.n_metrics if t.held is None else len(t.held), t.started_at, t.ended_at, t.warning_count)
 
 
-@dataclass
+@dataclass(slots=True)
 class MetricScan:
     """What a summary needs from a trial's metrics, kept up to date incrementally: a trial reporting
     fast makes each summary cost the new metrics, not all of them. Metrics are appended (rarely
@@ -71,7 +71,7 @@ class MetricScan:
         return self
 
 
-@dataclass
+@dataclass(slots=True)
 class TrialView:
     version: tuple[Any, ...]
     summary: dict[str, Any]
@@ -80,6 +80,7 @@ class TrialView:
     fragments: dict[str, tuple[Any, bytes | None]] | None = None
     scan: MetricScan | None = None
     compat_key: tuple[Any, ...] | None = None
+    out: str | None = None  # the trial's output directory (with the summary: what NNI's TrialJobInfo needs)
 
 
 def summarize(t: TrialState, scan: MetricScan | None = None) -> dict[str, Any]:
@@ -141,60 +142,74 @@ class TrialViews:
         xs = sorted(points)
         return xs, [points[x] for x in xs]
 
-    def _entry(self, t: TrialState) -> TrialView:
+    def entry(self, t: TrialState) -> TrialView:
+        """The current view of ``t`` (made again where ``t`` changed since)."""
         v = _version(t)
         c = self._cache.get(t.trial_id)
         if c is None or c.version != v:
             scan = MetricScan() if c is None or c.scan is None else c.scan
             s = summarize(t, scan)
             if c is None:
-                c = TrialView(v, s, dumps(s), scan=scan)
+                c = TrialView(v, s, dumps(s), scan=scan, out=t.output_dir)
                 self._cache[t.trial_id] = c
             else:  # what does not depend on intermediate results (NNI's TrialJobInfo) is kept
-                c.version, c.summary, c.encoded, c.fragments = v, s, dumps(s), None
+                c.version, c.summary, c.encoded, c.fragments, c.out = v, s, dumps(s), None, t.output_dir
         return c
 
     def summary(self, t: TrialState) -> dict[str, Any]:
-        return self._entry(t).summary
+        return self.entry(t).summary
 
     def encoded(self, t: TrialState) -> bytes:
-        return self._entry(t).encoded
+        return self.entry(t).encoded
 
-    def compat(self, t: TrialState, build: Callable[[TrialState, Metric | None], dict[str, Any]]) -> bytes:
-        """NNI's TrialJobInfo of ``t``, JSON-encoded; ``build(t, final)`` makes it. Cached until the trial's
-        status, times, messages or final result change (not at each intermediate result)."""
-        c = self._entry(t)
+    def compat(self, c: TrialView, build: Callable[[TrialView, Metric | None], dict[str, Any]]) -> bytes:
+        """NNI's TrialJobInfo of the trial whose current view is ``c``, JSON-encoded; ``build(c, final)`` makes it
+        from the view. Cached until the trial's status, times, messages or final result change (not at each
+        intermediate result)."""
         final = c.scan.final if c.scan is not None else None
-        key = (t.status, t.started_at, t.ended_at, t.message, t.environment_id, t.output_dir, id(final),
-               t.parameter_id, t.sequence_id)
+        s = c.summary
+        key = (s["status"], s["start"], s["end"], s["message"], s["env"], c.out, id(final), s["parameterId"],
+               s["seq"])
         if c.compat is None or c.compat_key != key:
-            c.compat = dumps(build(t, final))
+            c.compat = dumps(build(c, final))
             c.compat_key = key
         return c.compat
 
     def listing(self, name: str, key: Any, build: Callable[[], bytes]) -> bytes:
         """A whole serialized list, cached per ``key`` (which includes the state's version: the last
-        event folded in), so many clients polling the same state share one build. A few keys are kept."""
+        event folded in), so many clients polling the same state share one build. A few keys are kept, none
+        over LIST_KEEP bytes (a page is kept; a full list of 100k trials is not held for the next client)."""
         hit = self._lists.get((name, key))
         if hit is not None:
             return hit
         data = build()
+        if len(data) > LIST_KEEP:
+            return data
         if len(self._lists) >= 16:
             self._lists.pop(next(iter(self._lists)))
         self._lists[(name, key)] = data
         return data
 
     async def warm(self, chunk: int = 500) -> None:
-        """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s),
-        a chunk at a time so the loop keeps serving meanwhile."""
+        """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s), a chunk at a time
+        so the loop keeps serving meanwhile (at most ``chunk`` trials and about WARM_SLICE seconds per loop turn:
+        a streamed list sent meanwhile is not slowed to the pace of the warm-up)."""
         import asyncio
 
-        # a trial a snapshot holds is read for its summary and let go (not built into the state)
-        trials = each_trial(self.manager.state.trials)
+        # a trial a snapshot holds is read for its summary and let go (not built into the state); one whose view
+        # a request made meanwhile is not read again
+        trials = self.each()
+        clock = time.perf_counter
         try:
             while batch := list(islice(trials, chunk)):
-                for t in batch:
-                    self._entry(t)
+                deadline = clock() + WARM_SLICE
+                for n, t in enumerate(batch, 1):
+                    if isinstance(t, TrialView):
+                        continue
+                    self.entry(t)
+                    if clock() >= deadline and n < len(batch):
+                        await asyncio.sleep(0)
+                        deadline = clock() + WARM_SLICE
                 await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
@@ -203,21 +218,60 @@ class TrialViews:
                  build: Callable[[TrialState, TrialView], bytes | None]) -> bytes | None:
         """A piece of JSON about ``t`` (an export row, a downsampled curve), cached until the trial
         changes; one per ``name`` (a different ``param`` replaces it)."""
-        c = self._entry(t)
+        return self.view_fragment(self.entry(t), name, param, lambda c: build(t, c))
+
+    def view_fragment(self, c: TrialView, name: str, param: Any, build: Callable[[TrialView], bytes | None]
+                      ) -> bytes | None:
+        """:meth:`fragment` of a trial's current view ``c`` (what ``build(c)`` makes of it)."""
         if c.fragments is None:
             c.fragments = {}
         hit = c.fragments.get(name)
         if hit is not None and hit[0] == param:
             return hit[1]
-        data = build(t, c)
+        data = build(c)
         c.fragments[name] = (param, data)
         return data
+
+    def each(self, ready: Callable[[TrialView], bool] = lambda _: True) -> Iterator[TrialState | TrialView]:
+        """Every trial as listed now, in order, one at a time: a trial a snapshot holds whose view is ``ready`` (has
+        what the caller needs) is given as that view, not read from the snapshot again (nothing changed it since,
+        or it would be built); any other trial as itself (one a snapshot holds, read for this reader alone)."""
+        return each_trial_or_known(self.manager.state.trials, _Ready(self._cache, ready))
 
     def all(self) -> list[TrialView]:
         """Every trial's view, in order. A trial a snapshot holds is not built into the state for it: it is read
         for its first view, which then serves as it is (nothing changed that trial, or it would be built)."""
-        return [t if isinstance(t, TrialView) else self._entry(t)
+        return [t if isinstance(t, TrialView) else self.entry(t)
                 for t in each_trial_or_known(self.manager.state.trials, self._cache)]
+
+
+WARM_SLICE = 0.004  # seconds of warming per loop turn at most (about)
+
+
+LIST_KEEP = 1 << 20  # bytes: a serialized list larger than this is not kept for the next client
+
+
+class _Ready(Mapping[str, TrialView]):
+    """The views of ``cache`` that pass ``ready`` (looked up one at a time: no dict of them is built)."""
+
+    def __init__(self, cache: dict[str, TrialView], ready: Callable[[TrialView], bool]) -> None:
+        self.cache, self.ready = cache, ready
+
+    def __getitem__(self, key: str) -> TrialView:
+        v = self.cache[key]
+        if not self.ready(v):
+            raise KeyError(key)
+        return v
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.cache.get(key)
+        return v if v is not None and self.ready(v) else default
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, v in self.cache.items() if self.ready(v))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 # --- the trial-list query ------------------------------------------------------------------------
