@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -165,3 +166,30 @@ def test_pyproject_declares_exactly_the_built_in_platforms() -> None:
     assert declared == {name: f"{model.__module__}:{model.__qualname__}" for name, model in BUILT_IN_PLATFORMS.items()}
     # every platform with a config model has a service, and the reverse (hybrid is built from the others)
     assert set(project["entry-points"]["nnix.services"]) == {*declared, "hybrid"}
+
+
+SERVICES: list[Any] = [
+    {"platform": "local"},
+    {"platform": "ray", "address": "127.0.0.1:6379"},
+    {"platform": "remote", "machineList": [{"host": "127.0.0.1", "user": "u", "sshKeyFile": "/x/id_ed25519"}]},
+    {"platform": "kubernetes", "storage": {"storageType": "hostPath", "path": "/x", "containerMountPoint": "/x"}},
+    [{"platform": "local"}, {"platform": "ray", "address": "127.0.0.1:6379"}],
+]
+
+
+@pytest.mark.parametrize("service", SERVICES, ids=lambda s: s["platform"] if isinstance(s, dict) else "hybrid")
+def test_a_config_dumps_without_warnings_and_validates_again_to_itself(service: Any, tmp_path: Path) -> None:
+    """The platform union validates each platform with its own model; dumping must use that model too (pydantic
+    warned 'unexpected value' when it had to guess) and give back what validates to the same config."""
+    from nnix.config import parse_config
+
+    doc = {"searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}}, "trialCommand": "python t.py",
+           "trialConcurrency": 1, "trialCodeDirectory": str(tmp_path), "tuner": {"name": "Random"},
+           "trainingService": service}
+    cfg = parse_config(doc, tmp_path).config
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dumped = cfg.model_dump(mode="json", by_alias=True, exclude_none=True)
+        as_json = json.loads(cfg.model_dump_json(by_alias=True, exclude_none=True))
+    assert as_json == dumped
+    assert parse_config(dumped, tmp_path).config == cfg

@@ -832,7 +832,8 @@ class PlatformChoice:
         for model in self.models():
             validate = _validator_of(model)
             for tag in _platform_tags(model):
-                choices.setdefault(tag, core_schema.with_info_plain_validator_function(validate))
+                choices.setdefault(tag, core_schema.with_info_plain_validator_function(
+                    validate, serialization=core_schema.plain_serializer_function_ser_schema(_dump, info_arg=True)))
         return core_schema.tagged_union_schema(choices, self.discriminator)
 
 
@@ -841,6 +842,16 @@ def _validator_of(model: type[BaseModel]) -> Callable[[Any, core_schema.Validati
         return model.model_validate(value, context=info.context)
 
     return validate
+
+
+def _dump(value: Any, info: core_schema.SerializationInfo) -> Any:
+    """A platform's config dumped by its own model, with the caller's options (a plain validator function has
+    no serializer of its own: pydantic would guess, and warn)."""
+    if not isinstance(value, BaseModel):
+        return value
+    return value.model_dump(mode=info.mode, by_alias=bool(info.by_alias), exclude_unset=info.exclude_unset,
+                            exclude_defaults=info.exclude_defaults, exclude_none=info.exclude_none,
+                            round_trip=info.round_trip)
 
 
 def _hybrid_from_list(value: Any) -> Any:
