@@ -56,6 +56,15 @@ def _start(exp_dir: Path, launcher: ProcessLauncher) -> tuple[threading.Thread, 
     return th, result
 
 
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone or a zombie (its /proc entry may vanish between two reads: it is reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:  # FileNotFoundError, or ProcessLookupError once reaped mid-read
+        return True
+    return b"Z" in stat.rsplit(b")", 1)[1][:3]
+
+
 def test_a_trial_signalled_as_its_engine_ends_the_environment_gets_the_engine_reason(tmp_path: Path) -> None:
     launcher = ProcessLauncher()
     exp_dir = _experiment(tmp_path)
@@ -64,8 +73,7 @@ def test_a_trial_signalled_as_its_engine_ends_the_environment_gets_the_engine_re
     assert trial.pid is not None
     (handle,) = [h for h, p in launcher.procs.items() if p.poll() is None]
     os.kill(trial.pid, signal.SIGTERM)  # an engine signals the job's processes one by one: the trial first...
-    wait_until(lambda: not Path(f"/proc/{trial.pid}").exists() or b"Z" in Path(f"/proc/{trial.pid}/stat").read_bytes()
-          .rsplit(b")", 1)[1][:3], 30)
+    wait_until(lambda: _ended(trial.pid), 30, f"trial process {trial.pid} to end")
     launcher.kill(handle, "TIMEOUT: the job reached its time limit")  # ...and ends the environment
     th.join(60)
     (t,) = result["st"].trials.values()
