@@ -125,3 +125,26 @@ def test_smac_learns_from_a_capped_history() -> None:
     rest = [c for c in told if c not in best]
     assert set(rest[-100:]) <= set(kept)
     assert _capped(dict(list(told.items())[:150]), 200) == dict(list(told.items())[:150])
+
+
+@needs_smac
+def test_the_initial_design_is_drawn_once_per_space_and_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from smac.initial_design.sobol_design import SobolInitialDesign
+
+    calls: list[int] = []
+    original = SobolInitialDesign._select_configurations
+
+    def counted(self: Any) -> Any:
+        calls.append(1)
+        return original(self)
+
+    monkeypatch.setattr(SobolInitialDesign, "_select_configurations", counted)
+    tuner = SMACTuner(SMACArgs())
+    first = tuner.suggest(ctx(LINE), [0, 1])
+    history = [TrialRecord(i, p, TrialStatus.SUCCEEDED, p["x"]) for i, p in enumerate(first)]
+    reused = tuner.suggest(ctx(LINE, history), [2, 3])
+    assert len(calls) == 1  # the second suggest rebuilt the design from the kept vectors
+    assert reused == SMACTuner(SMACArgs()).suggest(ctx(LINE, history), [2, 3])  # as a fresh tuner proposes
+    assert len(calls) == 2  # the fresh tuner drew its own
+    tuner.suggest(ctx(LINE, history, seed=2), [2])
+    assert len(calls) == 3  # another seed, another design

@@ -230,6 +230,10 @@ class SMACTuner:
         self.args = args or SMACArgs()
         self._modules = smac_modules()
         self._dedup = Deduplicator()
+        # SMAC's initial design (a Sobol sequence) depends only on the configuration space and the seed, and
+        # building it is most of a fresh facade's cost: kept per (space, seed) as vectors, rebuilt as
+        # configurations of each suggest's own space (equal to what SMAC would draw again, so purity holds)
+        self._designs: dict[tuple[str, int], list[tuple[Any, Any]]] = {}
 
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         if not parameter_ids:
@@ -281,7 +285,17 @@ class SMACTuner:
         scenario = m.scenario(
             cs, deterministic=True, n_trials=2**31 - 1, seed=seed, output_directory=f"{tmp}/smac", name="nnix"
         )
-        smac = m.facade(scenario, None, logging_level=False, overwrite=True)
+        design = m.facade.get_initial_design(scenario)
+        cache_key = (str(cs), seed)
+        cached = self._designs.get(cache_key)
+        if cached is None:
+            cached = [(c.get_array().copy(), c.origin) for c in design.select_configurations()]
+            if len(self._designs) >= 64:
+                self._designs.clear()
+            self._designs[cache_key] = cached
+        Configuration = m.configspace.Configuration
+        design.select_configurations = lambda: [Configuration(cs, vector=v, origin=o) for v, o in cached]
+        smac = m.facade(scenario, None, initial_design=design, logging_level=False, overwrite=True)
         sign = -1.0 if ctx.direction is Direction.MAXIMIZE else 1.0  # SMAC minimises a cost
         told: dict[Any, float] = {}  # configuration -> cost (a later record of the same one wins)
         pending: list[Any] = []
