@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,9 @@ def rest_call(
     port: int, path: str, method: str = "GET", body: Any = None, host: str = "127.0.0.1", timeout: float = 20.0,
     token: str | None = None,
 ) -> Any:
+    import urllib.error  # (http.client and email: a third of `nnix stop`'s imports, which makes no REST call)
+    import urllib.request
+
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if token:

@@ -1,0 +1,106 @@
+"""The verbs run without typer (``nnix --help``, plain spellings of ``trial ls`` and ``stop``: nnix.cli.main and
+nnix.cli.quick) print, to the byte, what typer prints for them, exit with its code, and never import typer,
+pydantic or numpy; any other spelling goes to typer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nnix.cli.main import _quick
+from nnix.core.events import MetricReported, StatusChanged, TrialCreated, TrialEnded, TrialStarted
+from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
+from nnix.home import STORE_NAME
+from nnix.store.sqlite import SqliteStore
+from nnix.testing.experiments import make_experiment
+
+# the same program name for both (click reads it from argv[0]), the same error handling; typer's by force
+QUICK = "import sys; sys.argv[0] = 'nnix'; from nnix.cli.main import main; main()"
+TYPER = "import sys; sys.argv[0] = 'nnix'; from nnix.cli import main as m; m._quick = lambda args: None; m.main()"
+PROBE = ("import json, sys, atexit; atexit.register(lambda: print(json.dumps(sorted(m for m in ('typer', 'click', "
+         "'pydantic', 'numpy') if m in sys.modules)), file=sys.stderr)); ")
+
+
+def _recorded(tmp_path: Path) -> str:
+    """A finished experiment, written straight into its store: a success, a failure, a second success."""
+    exp_id, exp_dir = make_experiment(tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
+                                      trialCommand="true", tuner={"name": "TPE",
+                                                                  "classArgs": {"optimize_mode": "maximize"}})
+    events: list[Any] = []
+    for i, value in enumerate([0.5, None, 0.25]):
+        tid = f"tr{i:03d}"
+        events += [TrialCreated(tid, i, i, {"x": 0.1 * (i + 1)}), TrialStarted(tid, "local", str(exp_dir / tid))]
+        if value is None:
+            events.append(TrialEnded(tid, TrialStatus.FAILED, 1, "ValueError: diverged"))
+        else:
+            events += [MetricReported(tid, MetricType.FINAL, 0, value, 0), TrialEnded(tid, TrialStatus.SUCCEEDED, 0)]
+    events.append(StatusChanged(ExperimentStatus.DONE, "maxTrialNumber reached"))
+    store = SqliteStore(exp_dir / STORE_NAME)
+    try:
+        store.append(events)
+    finally:
+        store.close()
+    return exp_id
+
+
+def _run(code: str, args: list[str], columns: str = "80") -> tuple[int, str, str]:
+    env = {**os.environ, "COLUMNS": columns, "PYTHONPATH": ":".join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, env=env)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_quick_verbs_print_what_typer_prints(tmp_path: Path) -> None:
+    exp_id = _recorded(tmp_path)
+    cases = [
+        ["--help"], ["trial", "ls", exp_id], ["trial", "ls", exp_id[:3], "--tail", "1"],
+        ["trial", "ls", exp_id, "--head=2", "--json"], ["trial", "ls", "--json", exp_id, "--tail", "0"],
+        ["trial", "ls", exp_id, "--head", "1", "--tail", "1"], ["trial", "ls", "nosuch"], ["trial", "ls"],
+        ["stop", exp_id], ["stop"], ["stop", "--all"], ["stop", "-a"], ["stop", "--port", "1"], ["stop", "all"],
+    ]
+    for args in cases:
+        quick = _run(QUICK, args)
+        assert quick == _run(TYPER, args), args
+        assert quick[1] or quick[2], args
+    assert _run(QUICK, ["--help"], "200") == _run(TYPER, ["--help"], "200")
+    assert _run(QUICK, ["--help"], "60") == _run(TYPER, ["--help"], "60")  # (typer prints it: click wraps it)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["trial", "ls", "ID", "--tail", "10"], ["trial", "ls", "ID"],
+                                  ["stop", "ID"], ["stop", "--all"]])
+def test_quick_verbs_import_neither_typer_nor_pydantic_nor_numpy(args: list[str], tmp_path: Path) -> None:
+    exp_id = _recorded(tmp_path)
+    code, out, err = _run(PROBE + QUICK, [exp_id if a == "ID" else a for a in args])
+    assert code == 0, err
+    assert out.strip()
+    assert json.loads(err.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["trial", "ls", "a", "b"], ["trial", "ls", "--tail"], ["trial", "ls", "--tail", "-1"],
+    ["trial", "ls", "--tail", "x"], ["trial", "ls", "--tail", "010"], ["trial", "ls", "--tail", "1", "--tail", "2"],
+    ["trial", "ls", "--help"],
+    ["trial", "ls", "--json=1"], ["trial", "ls", "-"], ["trial", "ls", "--", "ID"], ["trial", "ls", "--bogus"],
+    ["stop", "-p8080"], ["stop", "--all=1"], ["stop", "-a", "--all"], ["stop", "--help"], ["stop", "-ap", "1"],
+    ["--help", "trial"], ["--version"], ["trial"], ["create", "--config", "x.yml"], [],
+])
+def test_other_spellings_go_to_typer(args: list[str]) -> None:
+    assert _quick(args) is None
+
+
+@pytest.mark.parametrize("args", [["trial", "ls"], ["trial", "ls", "ID", "--tail", "10"], ["trial", "ls", "--head=0"],
+                                  ["trial", "ls", "--json", "ID"], ["stop"], ["stop", "ID", "-a"],
+                                  ["stop", "--port=8080"], ["stop", "-p", "8080"]])
+def test_plain_spellings_run_without_typer(args: list[str]) -> None:
+    assert _quick(args) is not None
+
+
+def test_the_kept_root_help_is_what_typer_prints() -> None:
+    from nnix.cli.roothelp import TEXT, render
+
+    assert render() == TEXT, "a top-level verb's help changed: rewrite the kept one with python -m nnix.cli.roothelp"
