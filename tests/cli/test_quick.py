@@ -1,6 +1,7 @@
-"""The verbs run without typer (``nnix --help``, plain spellings of ``trial ls`` and ``stop``: nnix.cli.main and
-nnix.cli.quick) print, to the byte, what typer prints for them, exit with its code, and never import typer,
-pydantic or numpy; any other spelling goes to typer."""
+"""The verbs run without typer (``nnix --help``, plain spellings of ``trial ls``, ``stop`` and ``create``:
+nnix.cli.main and nnix.cli.quick) print, to the byte, what typer prints for them, exit with its code, and never
+import typer, pydantic or numpy (``create`` imports pydantic for the config; its run: test_startup.py); any other
+spelling goes to typer."""
 
 from __future__ import annotations
 
@@ -57,11 +58,18 @@ def _run(code: str, args: list[str], columns: str = "80") -> tuple[int, str, str
 
 def test_quick_verbs_print_what_typer_prints(tmp_path: Path) -> None:
     exp_id = _recorded(tmp_path)
+    bad = tmp_path / "bad.yml"
+    bad.write_text("trialCommand: python3 trial.py\ntrialConcurrency: -1\ntrainingService: {platform: local}\n")
+    unreadable = tmp_path / "unreadable.yml"
+    unreadable.write_text("{}")
+    unreadable.chmod(0)
     cases = [
         ["--help"], ["trial", "ls", exp_id], ["trial", "ls", exp_id[:3], "--tail", "1"],
         ["trial", "ls", exp_id, "--head=2", "--json"], ["trial", "ls", "--json", exp_id, "--tail", "0"],
         ["trial", "ls", exp_id, "--head", "1", "--tail", "1"], ["trial", "ls", "nosuch"], ["trial", "ls"],
         ["stop", exp_id], ["stop"], ["stop", "--all"], ["stop", "-a"], ["stop", "--port", "1"], ["stop", "all"],
+        ["create", "--config", str(bad)], ["create", "-c", str(tmp_path / "missing.yml"), "--port", "0", "-f"],
+        ["create", "--config", str(unreadable)], ["create"],
     ]
     for args in cases:
         quick = _run(QUICK, args)
@@ -87,7 +95,9 @@ def test_quick_verbs_import_neither_typer_nor_pydantic_nor_numpy(args: list[str]
     ["trial", "ls", "--help"],
     ["trial", "ls", "--json=1"], ["trial", "ls", "-"], ["trial", "ls", "--", "ID"], ["trial", "ls", "--bogus"],
     ["stop", "-p8080"], ["stop", "--all=1"], ["stop", "-a", "--all"], ["stop", "--help"], ["stop", "-ap", "1"],
-    ["--help", "trial"], ["--version"], ["trial"], ["create", "--config", "x.yml"], [],
+    ["--help", "trial"], ["--version"], ["trial"], ["create"], ["create", "-c", "x.yml", "extra"], [],
+    ["create", "-c", "x.yml", "--config", "y.yml"], ["create", "-c", "-x.yml"],
+    ["create", "-c", "x.yml", "--port", "p"],
 ])
 def test_other_spellings_go_to_typer(args: list[str]) -> None:
     assert _quick(args) is None
@@ -95,7 +105,8 @@ def test_other_spellings_go_to_typer(args: list[str]) -> None:
 
 @pytest.mark.parametrize("args", [["trial", "ls"], ["trial", "ls", "ID", "--tail", "10"], ["trial", "ls", "--head=0"],
                                   ["trial", "ls", "--json", "ID"], ["stop"], ["stop", "ID", "-a"],
-                                  ["stop", "--port=8080"], ["stop", "-p", "8080"]])
+                                  ["stop", "--port=8080"], ["stop", "-p", "8080"], ["create", "-c", "x.yml"],
+                                  ["create", "--config=x.yml", "--port", "0", "-f", "--id", "abc", "--host", "::1"]])
 def test_plain_spellings_run_without_typer(args: list[str]) -> None:
     assert _quick(args) is not None
 

@@ -73,6 +73,7 @@ def test_create_foreground_builds_only_what_the_experiment_uses(tmp_path: Path) 
     assert exit_code == 0, out[-2000:]
     assert "DONE" in out and "1 SUCCEEDED" in out
     assert "numpy" not in heavy
+    assert "typer" not in heavy  # (a plain `create` runs without it)
     assert built == ["local"]
 
 

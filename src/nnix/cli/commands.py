@@ -89,47 +89,11 @@ def _root(
 # --- create / resume / view / stop ---------------------------------------------------------------
 
 
-def _start(exp_id: str, action: str, port: int, foreground: bool, host: str = "127.0.0.1") -> None:
-    from nnix.api.auth import TOKEN_FILE, token_for_bind
-    from nnix.home import Registry, ui_url
-
-    exp_dir = Path(Registry().get(exp_id).dir)
-    token = token_for_bind(exp_dir, host)
-    if foreground:
-        from nnix.host.run import run_manager
-
-        try:
-            outcome = run_manager(exp_id, action, port=port, live=True, host=host)
-        except KeyboardInterrupt:  # before the manager took over the signals
-            typer.echo(f"\nInterrupted. Resume with: nnix resume {exp_id}")
-            raise typer.Exit(130) from None
-        raise typer.Exit(outcome.exit_code)
-    if token:
-        typer.echo(f"Listening on {host}: every REST call needs the experiment's token (the link below carries it; "
-                   f"the nnix CLI reads it from {exp_dir / TOKEN_FILE}).")
-    from nnix.home import read_state
-    from nnix.host.progress import EXIT_ERROR
-    from nnix.host.run import spawn_daemon
-
-    spawn_daemon(exp_id, action, port, host=host, fork=True)
-    entry = Registry().get(exp_id)
-    state = read_state(Path(entry.dir), summary=True)
-    url = ui_url(host, state.manager_port or port, token)
-    typer.echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}.")
-    typer.echo(f"  Web UI / REST:  {url}")
-    typer.echo(f"  Status:         nnix experiment status {exp_id}")
-    typer.echo(f"  Stop:           nnix stop {exp_id}")
-    if state.status.value == "ERROR" and action != "view":
-        err(f"error: experiment {exp_id} is in ERROR: {state.message}")
-        typer.secho(f"  its manager still serves {url} until `nnix stop {exp_id}`", err=True)
-        raise typer.Exit(EXIT_ERROR)
-
-
 @app.command()
 def create(
     config: Annotated[Path, typer.Option("--config", "-c", help="Experiment config (NNI v1 or v2 YAML).")],
-    port: PortOpt = 8080,
-    host: HostOpt = "127.0.0.1",
+    port: PortOpt = quick.DEFAULT_PORT,
+    host: HostOpt = quick.DEFAULT_HOST,
     debug: Annotated[bool, typer.Option("--debug", "-d", help="Debug logging.")] = False,
     foreground: Annotated[
         bool, typer.Option("--foreground", "-f", help="Run in this terminal with live progress; exit when done.")
@@ -143,30 +107,7 @@ def create(
     could not do it (e.g. the port is busy); 2 invalid config or flags; 3 the experiment ended in
     ERROR (the reason is printed); 4 it ended but no trial succeeded; 130 Ctrl-C (resume it with
     `nnix resume ID`); 143 stopped from elsewhere (nnix stop, the web UI)."""
-    from nnix.config import load_config
-    from nnix.host.build import create as create_experiment
-
-    loaded = load_config(config)
-    for w in loaded.warnings:
-        typer.secho(f"warning: {w}", err=True, fg=typer.colors.YELLOW)
-    if Path(sys.argv[0]).name != "nnictl":  # nnictl has said it already
-        note_real_nni()
-    if debug:
-        loaded.config.log_level = "debug"
-        loaded.config.debug = True
-    if url_prefix:
-        typer.secho("warning: --url_prefix is ignored by nnix", err=True, fg=typer.colors.YELLOW)
-    exp_id, exp_dir = create_experiment(loaded, experiment_id)
-    from nnix.host.logs import note_created
-
-    note_created(Path(exp_dir), exp_id, config, loaded.warnings)
-    try:
-        _start(exp_id, "create", port, foreground, host)
-    except NnixError:
-        from nnix.host.build import discard_unstarted
-
-        discard_unstarted(exp_id)  # a failed create leaves nothing behind
-        raise
+    quick.create(config, port, host, debug, foreground, url_prefix, experiment_id)
 
 
 def _ensure_not_running(exp_id: str) -> None:
@@ -195,7 +136,7 @@ def resume(
     succeeded, 130 Ctrl-C, 143 stopped from elsewhere)."""
     exp_id = _adopt(experiment_id, experiment_dir)
     _ensure_not_running(exp_id)
-    _start(exp_id, "resume", port, foreground, host)
+    quick.start(exp_id, "resume", port, foreground, host)
 
 
 def _adopt(exp_id: str, experiment_dir: Path | None) -> str:
@@ -222,7 +163,7 @@ def view(
     """Serve a stopped experiment read-only."""
     exp_id = _adopt(experiment_id, experiment_dir)
     _ensure_not_running(exp_id)
-    _start(exp_id, "view", port, False, host)
+    quick.start(exp_id, "view", port, False, host)
 
 
 @app.command()

@@ -1,7 +1,7 @@
 """`nnix` (alias `nnictl`): NNI's verbs and flags. The verbs are typer commands (:mod:`nnix.cli.commands`), but
 typer's import (and the pydantic it converts parameters with) is most of a quick verb's start-up: ``nnix --help``
-and plain spellings of ``nnix trial ls`` and ``nnix stop`` run here without it, with the same output; anything
-else (another verb, a verb's --help, an unusual spelling, a mistake) goes to typer."""
+and plain spellings of ``nnix trial ls``, ``nnix stop`` and ``nnix create`` run here without it, with the same
+output; anything else (another verb, a verb's --help, an unusual spelling, a mistake) goes to typer."""
 
 from __future__ import annotations
 
@@ -46,17 +46,19 @@ def _int(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and (text == "0" or not text.startswith("0")) else None
 
 
-def _parse(args: list[str], flags: dict[str, str], valued: dict[str, str]) -> dict[str, Any] | None:
-    """``args`` as click would read them, where that is plain: at most one positional (no leading ``-``), each
-    flag and option at most once, option values given as non-negative integers (``--tail 10``, ``--tail=10``).
-    None for anything else, which typer parses (and explains, for a mistake)."""
+def _parse(args: list[str], flags: dict[str, str], valued: dict[str, str], ints: tuple[str, ...] = ()
+           ) -> dict[str, Any] | None:
+    """``args`` as click would read them, where that is plain: at most one positional (no leading ``-``, as
+    ``arg``), each flag and option at most once, option values that do not start with ``-`` (``--tail 10``,
+    ``--tail=10``), the ``ints`` ones non-negative integers. None for anything else, which typer parses (and
+    explains, for a mistake)."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(args):
         arg = args[i]
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if not arg.startswith("-"):
-            key = "id"
+            key, value = "arg", arg
         elif name in flags and not eq:
             key, value = flags[name], "1"
         elif name in valued:
@@ -66,13 +68,13 @@ def _parse(args: list[str], flags: dict[str, str], valued: dict[str, str]) -> di
                 if i == len(args):
                     return None
                 value = args[i]
-            if _int(value) is None:
+            if (_int(value) is None) if key in ints else (not value or value.startswith("-")):
                 return None
         else:
             return None
         if key in out:
             return None
-        out[key] = arg if key == "id" else value
+        out[key] = int(value) if key in ints else value
         i += 1
     return out
 
@@ -84,14 +86,24 @@ def _quick(args: list[str]) -> Callable[[], None] | None:
 
         return _root_help if shutil.get_terminal_size().columns >= ROOT_HELP_MIN_COLUMNS else None
     if args[:2] == ["trial", "ls"]:
-        ls = _parse(args[2:], {"--json": "json"}, {"--head": "head", "--tail": "tail"})
+        ls = _parse(args[2:], {"--json": "json"}, {"--head": "head", "--tail": "tail"}, ("head", "tail"))
         if ls is not None:
-            head, tail = (None if ls.get(k) is None else int(ls[k]) for k in ("head", "tail"))
-            return lambda: quick.trial_ls(ls.get("id"), head, tail, "json" in ls)
+            return lambda: quick.trial_ls(ls.get("arg"), ls.get("head"), ls.get("tail"), "json" in ls)
     if args[:1] == ["stop"]:
-        st = _parse(args[1:], {"--all": "all", "-a": "all"}, {"--port": "port", "-p": "port"})
+        st = _parse(args[1:], {"--all": "all", "-a": "all"}, {"--port": "port", "-p": "port"}, ("port",))
         if st is not None:
-            return lambda: quick.stop(st.get("id"), "all" in st, None if st.get("port") is None else int(st["port"]))
+            return lambda: quick.stop(st.get("arg"), "all" in st, st.get("port"))
+    if args[:1] == ["create"]:
+        cr = _parse(args[1:], {"--debug": "debug", "-d": "debug", "--foreground": "fg", "-f": "fg"},
+                    {"--config": "config", "-c": "config", "--port": "port", "-p": "port", "--host": "host",
+                     "--url_prefix": "url", "--url-prefix": "url", "-u": "url", "--id": "id"}, ("port",))
+        if cr is not None and "config" in cr and "arg" not in cr and (  # (typer refuses an unreadable file)
+                not os.path.exists(cr["config"]) or os.access(cr["config"], os.R_OK)):
+            from pathlib import Path
+
+            return lambda: quick.create(Path(cr["config"]), cr.get("port", quick.DEFAULT_PORT),
+                                        cr.get("host", quick.DEFAULT_HOST), "debug" in cr, "fg" in cr, cr.get("url"),
+                                        cr.get("id"))
     return None
 
 

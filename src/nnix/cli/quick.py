@@ -13,6 +13,9 @@ from typing import Any
 from nnix.cli.out import echo, secho, style
 from nnix.errors import NnixError
 
+DEFAULT_PORT = 8080
+DEFAULT_HOST = "127.0.0.1"
+
 
 def err(message: str) -> None:
     secho(message, err=True, fg="red")
@@ -183,3 +186,69 @@ def stop(experiment_id: str | None, all_: bool, port: int | None) -> None:
         ids = [resolve_id(experiment_id)]
     for exp_id in ids:
         echo(stop_experiment(exp_id))
+
+
+def start(exp_id: str, action: str, port: int, foreground: bool, host: str = DEFAULT_HOST) -> None:
+    """Start an experiment's manager (`nnix create`, `resume`, `view`): here with --foreground, else as a daemon."""
+    from nnix.api.auth import TOKEN_FILE, token_for_bind
+    from nnix.home import Registry, ui_url
+
+    exp_dir = Path(Registry().get(exp_id).dir)
+    token = token_for_bind(exp_dir, host)
+    if foreground:
+        from nnix.host.run import run_manager
+
+        try:
+            outcome = run_manager(exp_id, action, port=port, live=True, host=host)
+        except KeyboardInterrupt:  # before the manager took over the signals
+            echo(f"\nInterrupted. Resume with: nnix resume {exp_id}")
+            raise SystemExit(130) from None
+        raise SystemExit(outcome.exit_code)
+    if token:
+        echo(f"Listening on {host}: every REST call needs the experiment's token (the link below carries it; "
+             f"the nnix CLI reads it from {exp_dir / TOKEN_FILE}).")
+    from nnix.home import read_state
+    from nnix.host.progress import EXIT_ERROR
+    from nnix.host.run import spawn_daemon
+
+    spawn_daemon(exp_id, action, port, host=host, fork=True)
+    entry = Registry().get(exp_id)
+    state = read_state(Path(entry.dir), summary=True)
+    url = ui_url(host, state.manager_port or port, token)
+    echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}.")
+    echo(f"  Web UI / REST:  {url}")
+    echo(f"  Status:         nnix experiment status {exp_id}")
+    echo(f"  Stop:           nnix stop {exp_id}")
+    if state.status.value == "ERROR" and action != "view":
+        err(f"error: experiment {exp_id} is in ERROR: {state.message}")
+        secho(f"  its manager still serves {url} until `nnix stop {exp_id}`", err=True)
+        raise SystemExit(EXIT_ERROR)
+
+
+def create(config: Path, port: int, host: str, debug: bool, foreground: bool, url_prefix: str | None,
+           experiment_id: str | None) -> None:
+    """`nnix create`."""
+    from nnix.config import load_config
+    from nnix.host.build import create as create_experiment
+
+    loaded = load_config(config)
+    for w in loaded.warnings:
+        secho(f"warning: {w}", err=True, fg="yellow")
+    if Path(sys.argv[0]).name != "nnictl":  # nnictl has said it already
+        note_real_nni()
+    if debug:
+        loaded.config.log_level = "debug"
+        loaded.config.debug = True
+    if url_prefix:
+        secho("warning: --url_prefix is ignored by nnix", err=True, fg="yellow")
+    exp_id, exp_dir = create_experiment(loaded, experiment_id)
+    from nnix.host.logs import note_created
+
+    note_created(Path(exp_dir), exp_id, config, loaded.warnings)
+    try:
+        start(exp_id, "create", port, foreground, host)
+    except NnixError:
+        from nnix.host.build import discard_unstarted
+
+        discard_unstarted(exp_id)  # a failed create leaves nothing behind
+        raise
