@@ -1,7 +1,7 @@
-"""The verbs run without typer (``nnix --help``, plain spellings of ``trial ls``, ``stop`` and ``create``:
-nnix.cli.main and nnix.cli.quick) print, to the byte, what typer prints for them, exit with its code, and never
-import typer, pydantic or numpy (``create`` imports pydantic for the config; its run: test_startup.py); any other
-spelling goes to typer."""
+"""The verbs run without typer (``nnix --help``; plain spellings of ``trial ls``, ``stop``, ``create``, ``resume``
+and ``view``: nnix.cli.main and nnix.cli.quick) print, to the byte, what typer prints for them, exit with its code,
+and never import typer, pydantic or numpy (``create`` imports pydantic for the config; its run: test_startup.py);
+any other spelling goes to typer."""
 
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def test_quick_verbs_print_what_typer_prints(tmp_path: Path) -> None:
         ["trial", "ls", exp_id, "--head", "1", "--tail", "1"], ["trial", "ls", "nosuch"], ["trial", "ls"],
         ["stop", exp_id], ["stop"], ["stop", "--all"], ["stop", "-a"], ["stop", "--port", "1"], ["stop", "all"],
         ["create", "--config", str(bad)], ["create", "-c", str(tmp_path / "missing.yml"), "--port", "0", "-f"],
-        ["create", "--config", str(unreadable)], ["create"],
+        ["create", "--config", str(unreadable)], ["create"], ["resume", "nosuch", "-f"], ["view", "nosuch", "-p", "0"],
+        ["resume", exp_id, "-e", str(tmp_path / "nowhere")], ["view", exp_id[:2], "--experiment-dir", str(tmp_path)],
     ]
     for args in cases:
         quick = _run(QUICK, args)
@@ -97,7 +98,7 @@ def test_quick_verbs_import_neither_typer_nor_pydantic_nor_numpy(args: list[str]
     ["stop", "-p8080"], ["stop", "--all=1"], ["stop", "-a", "--all"], ["stop", "--help"], ["stop", "-ap", "1"],
     ["--help", "trial"], ["--version"], ["trial"], ["create"], ["create", "-c", "x.yml", "extra"], [],
     ["create", "-c", "x.yml", "--config", "y.yml"], ["create", "-c", "-x.yml"],
-    ["create", "-c", "x.yml", "--port", "p"],
+    ["create", "-c", "x.yml", "--port", "p"], ["resume"], ["view", "ID", "-f"], ["view", "ID", "--debug"],
 ])
 def test_other_spellings_go_to_typer(args: list[str]) -> None:
     assert _quick(args) is None
@@ -106,7 +107,8 @@ def test_other_spellings_go_to_typer(args: list[str]) -> None:
 @pytest.mark.parametrize("args", [["trial", "ls"], ["trial", "ls", "ID", "--tail", "10"], ["trial", "ls", "--head=0"],
                                   ["trial", "ls", "--json", "ID"], ["stop"], ["stop", "ID", "-a"],
                                   ["stop", "--port=8080"], ["stop", "-p", "8080"], ["create", "-c", "x.yml"],
-                                  ["create", "--config=x.yml", "--port", "0", "-f", "--id", "abc", "--host", "::1"]])
+                                  ["create", "--config=x.yml", "--port", "0", "-f", "--id", "abc", "--host", "::1"],
+                                  ["resume", "ID", "-f", "--port", "0"], ["view", "ID", "-e", "/tmp"]])
 def test_plain_spellings_run_without_typer(args: list[str]) -> None:
     assert _quick(args) is not None
 

@@ -110,22 +110,11 @@ def create(
     quick.create(config, port, host, debug, foreground, url_prefix, experiment_id)
 
 
-def _ensure_not_running(exp_id: str) -> None:
-    from nnix.home import Registry, manager_alive, read_state, shown_status
-
-    state = read_state(Path(Registry().get(exp_id).dir), summary=True)
-    if manager_alive(state) and state.manager_action != "view":
-        raise NnixError(
-            f"experiment {exp_id} has a live manager ({shown_status(state)}, pid {state.manager_pid}, "
-            f"port {state.manager_port})", f"stop it first: nnix stop {exp_id}",
-        )
-
-
 @app.command()
 def resume(
     experiment_id: Annotated[str, typer.Argument(help="Experiment id to resume.")],
-    port: PortOpt = 8080,
-    host: HostOpt = "127.0.0.1",
+    port: PortOpt = quick.DEFAULT_PORT,
+    host: HostOpt = quick.DEFAULT_HOST,
     debug: Annotated[bool, typer.Option("--debug", "-d")] = False,
     foreground: Annotated[bool, typer.Option("--foreground", "-f")] = False,
     experiment_dir: Annotated[Path | None, typer.Option("--experiment_dir", "--experiment-dir", "-e")] = None,
@@ -134,36 +123,18 @@ def resume(
 
     Exit codes with --foreground: as `nnix create --foreground` (0 success, 3 ERROR, 4 no trial
     succeeded, 130 Ctrl-C, 143 stopped from elsewhere)."""
-    exp_id = _adopt(experiment_id, experiment_dir)
-    _ensure_not_running(exp_id)
-    quick.start(exp_id, "resume", port, foreground, host)
-
-
-def _adopt(exp_id: str, experiment_dir: Path | None) -> str:
-    """Register an experiment found under ``experiment_dir`` (NNI's ``-e``) if it is not known yet."""
-    from nnix.home import STORE_NAME, Entry, Registry
-
-    reg = Registry()
-    if experiment_dir is not None:
-        d = experiment_dir.expanduser().resolve() / exp_id
-        if not (d / STORE_NAME).exists():
-            raise NnixError(f"no experiment {exp_id} under {experiment_dir}", "check --experiment_dir")
-        reg.add(Entry(exp_id, str(d), created=time.time()))
-        return exp_id
-    return reg.get(exp_id).id
+    quick.resume(experiment_id, port, host, foreground, experiment_dir)
 
 
 @app.command()
 def view(
     experiment_id: Annotated[str, typer.Argument(help="Experiment id to view.")],
-    port: PortOpt = 8080,
-    host: HostOpt = "127.0.0.1",
+    port: PortOpt = quick.DEFAULT_PORT,
+    host: HostOpt = quick.DEFAULT_HOST,
     experiment_dir: Annotated[Path | None, typer.Option("--experiment_dir", "--experiment-dir", "-e")] = None,
 ) -> None:
     """Serve a stopped experiment read-only."""
-    exp_id = _adopt(experiment_id, experiment_dir)
-    _ensure_not_running(exp_id)
-    quick.start(exp_id, "view", port, False, host)
+    quick.view(experiment_id, port, host, experiment_dir)
 
 
 @app.command()

@@ -1,18 +1,21 @@
 """`nnix` (alias `nnictl`): NNI's verbs and flags. The verbs are typer commands (:mod:`nnix.cli.commands`), but
 typer's import (and the pydantic it converts parameters with) is most of a quick verb's start-up: ``nnix --help``
-and plain spellings of ``nnix trial ls``, ``nnix stop`` and ``nnix create`` run here without it, with the same
-output; anything else (another verb, a verb's --help, an unusual spelling, a mistake) goes to typer."""
+and plain spellings of ``trial ls``, ``stop``, ``create``, ``resume`` and ``view`` run here without it, with the
+same output; anything else (another verb, a verb's --help, an unusual spelling, a mistake) goes to typer."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nnix.cli import quick
 from nnix.cli.out import secho
 from nnix.errors import NnixError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ROOT_HELP_MIN_COLUMNS = 80  # narrower, click wraps the root help differently: typer prints it
 
@@ -79,6 +82,17 @@ def _parse(args: list[str], flags: dict[str, str], valued: dict[str, str], ints:
     return out
 
 
+def _readable(path: str | None) -> bool:
+    """Whether typer would take this path (it refuses one that exists but cannot be read)."""
+    return path is None or not os.path.exists(path) or os.access(path, os.R_OK)
+
+
+def _path(text: str) -> Path:
+    from pathlib import Path
+
+    return Path(text)
+
+
 def _quick(args: list[str]) -> Callable[[], None] | None:
     """The verb to run without typer, or None."""
     if args == ["--help"]:
@@ -93,17 +107,25 @@ def _quick(args: list[str]) -> Callable[[], None] | None:
         st = _parse(args[1:], {"--all": "all", "-a": "all"}, {"--port": "port", "-p": "port"}, ("port",))
         if st is not None:
             return lambda: quick.stop(st.get("arg"), "all" in st, st.get("port"))
+    start = {"--port": "port", "-p": "port", "--host": "host"}
     if args[:1] == ["create"]:
         cr = _parse(args[1:], {"--debug": "debug", "-d": "debug", "--foreground": "fg", "-f": "fg"},
-                    {"--config": "config", "-c": "config", "--port": "port", "-p": "port", "--host": "host",
-                     "--url_prefix": "url", "--url-prefix": "url", "-u": "url", "--id": "id"}, ("port",))
-        if cr is not None and "config" in cr and "arg" not in cr and (  # (typer refuses an unreadable file)
-                not os.path.exists(cr["config"]) or os.access(cr["config"], os.R_OK)):
-            from pathlib import Path
-
-            return lambda: quick.create(Path(cr["config"]), cr.get("port", quick.DEFAULT_PORT),
+                    {**start, "--config": "config", "-c": "config", "--url_prefix": "url", "--url-prefix": "url",
+                     "-u": "url", "--id": "id"}, ("port",))
+        if cr is not None and "config" in cr and "arg" not in cr and _readable(cr["config"]):
+            return lambda: quick.create(_path(cr["config"]), cr.get("port", quick.DEFAULT_PORT),
                                         cr.get("host", quick.DEFAULT_HOST), "debug" in cr, "fg" in cr, cr.get("url"),
                                         cr.get("id"))
+    if args[:1] in (["resume"], ["view"]):
+        flags = {"--debug": "debug", "-d": "debug", "--foreground": "fg", "-f": "fg"} if args[0] == "resume" else {}
+        rv = _parse(args[1:], flags, {**start, "--experiment_dir": "dir", "--experiment-dir": "dir", "-e": "dir"},
+                    ("port",))
+        if rv is not None and "arg" in rv and _readable(rv.get("dir")):
+            exp, port, host = rv["arg"], rv.get("port", quick.DEFAULT_PORT), rv.get("host", quick.DEFAULT_HOST)
+            where = None if rv.get("dir") is None else _path(rv["dir"])
+            if args[0] == "resume":
+                return lambda: quick.resume(exp, port, host, "fg" in rv, where)
+            return lambda: quick.view(exp, port, host, where)
     return None
 
 

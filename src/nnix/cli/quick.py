@@ -252,3 +252,42 @@ def create(config: Path, port: int, host: str, debug: bool, foreground: bool, ur
 
         discard_unstarted(exp_id)  # a failed create leaves nothing behind
         raise
+
+
+def ensure_not_running(exp_id: str) -> None:
+    from nnix.home import Registry, manager_alive, read_state, shown_status
+
+    state = read_state(Path(Registry().get(exp_id).dir), summary=True)
+    if manager_alive(state) and state.manager_action != "view":
+        raise NnixError(
+            f"experiment {exp_id} has a live manager ({shown_status(state)}, pid {state.manager_pid}, "
+            f"port {state.manager_port})", f"stop it first: nnix stop {exp_id}",
+        )
+
+
+def adopt(exp_id: str, experiment_dir: Path | None) -> str:
+    """Register an experiment found under ``experiment_dir`` (NNI's ``-e``) if it is not known yet."""
+    from nnix.home import STORE_NAME, Entry, Registry
+
+    reg = Registry()
+    if experiment_dir is not None:
+        d = experiment_dir.expanduser().resolve() / exp_id
+        if not (d / STORE_NAME).exists():
+            raise NnixError(f"no experiment {exp_id} under {experiment_dir}", "check --experiment_dir")
+        reg.add(Entry(exp_id, str(d), created=time.time()))
+        return exp_id
+    return reg.get(exp_id).id
+
+
+def resume(experiment_id: str, port: int, host: str, foreground: bool, experiment_dir: Path | None) -> None:
+    """`nnix resume`."""
+    exp_id = adopt(experiment_id, experiment_dir)
+    ensure_not_running(exp_id)
+    start(exp_id, "resume", port, foreground, host)
+
+
+def view(experiment_id: str, port: int, host: str, experiment_dir: Path | None) -> None:
+    """`nnix view`."""
+    exp_id = adopt(experiment_id, experiment_dir)
+    ensure_not_running(exp_id)
+    start(exp_id, "view", port, False, host)
