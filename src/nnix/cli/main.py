@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-from nnix.cli import quick
-from nnix.cli.out import secho
-from nnix.errors import NnixError
-
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing, and what nnix.cli.quick imports, are more than `nnix --help` itself costs)
+    from collections.abc import Callable
     from pathlib import Path
+    from typing import Any
 
 ROOT_HELP_MIN_COLUMNS = 80  # narrower, click wraps the root help differently: typer prints it
 
@@ -38,11 +35,24 @@ def _prog_name() -> str:
     return f"python -m {(package if name == '__main__' else f'{package}.{name}').lstrip('.')}"
 
 
+def _columns() -> int:
+    """The terminal's width as click reads it (shutil.get_terminal_size's, without importing shutil)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def _root_help() -> None:
-    from nnix.cli.out import echo
     from nnix.cli.roothelp import TEXT
 
-    echo(TEXT.format(prog=_prog_name()).rstrip("\n"))
+    sys.stdout.write(TEXT.format(prog=_prog_name()))
 
 
 def _int(text: str) -> int | None:
@@ -96,9 +106,9 @@ def _path(text: str) -> Path:
 def _quick(args: list[str]) -> Callable[[], None] | None:
     """The verb to run without typer, or None."""
     if args == ["--help"]:
-        import shutil
+        return _root_help if _columns() >= ROOT_HELP_MIN_COLUMNS else None
+    from nnix.cli import quick
 
-        return _root_help if shutil.get_terminal_size().columns >= ROOT_HELP_MIN_COLUMNS else None
     if args[:2] == ["trial", "ls"]:
         ls = _parse(args[2:], {"--json": "json"}, {"--head": "head", "--tail": "tail"}, ("head", "tail"))
         if ls is not None:
@@ -129,31 +139,44 @@ def _quick(args: list[str]) -> Callable[[], None] | None:
     return None
 
 
+def _finish(verb: Callable[[], None]) -> None:
+    try:
+        verb()
+        sys.stdout.flush()
+    except BrokenPipeError:  # a pipe closed early (`| head`): as click, exit 1 without a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
+    sys.exit(0)
+
+
 def main() -> None:
     if os.path.basename(sys.argv[0]) == "nnictl" and "--version" not in sys.argv and "-v" not in sys.argv:
-        quick.note_real_nni()  # this `nnictl` is nnix's: say so where NNI's could be expected
+        from nnix.cli.quick import note_real_nni
+
+        note_real_nni()  # this `nnictl` is nnix's: say so where NNI's could be expected
+    verb = _quick(sys.argv[1:])
+    if verb is _root_help:
+        _finish(verb)
+    from nnix.cli.quick import err
+    from nnix.errors import NnixError
+
     try:
-        verb = _quick(sys.argv[1:])
         if verb is None:
             from nnix.cli.commands import app
 
             app()
             return
-        try:
-            verb()
-        except BrokenPipeError:  # a pipe closed early (`| head`): as click, exit 1 without a traceback
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            sys.exit(1)
-        sys.exit(0)
+        _finish(verb)
     except NnixError as e:
-        quick.err(f"error: {e.message}")
+        err(f"error: {e.message}")
         if e.hint:
+            from nnix.cli.out import secho
+
             secho(f"  hint: {e.hint}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
-
 
 if __name__ == "__main__":
     main()
