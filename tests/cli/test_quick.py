@@ -25,7 +25,7 @@ from nnix.testing.experiments import make_experiment
 QUICK = "import sys; sys.argv[0] = 'nnix'; from nnix.cli.main import main; main()"
 TYPER = "import sys; sys.argv[0] = 'nnix'; from nnix.cli import main as m; m._quick = lambda args: None; m.main()"
 PROBE = ("import json, sys, atexit; atexit.register(lambda: print(json.dumps(sorted(m for m in ('typer', 'click', "
-         "'pydantic', 'numpy') if m in sys.modules)), file=sys.stderr)); ")
+         "'pydantic', 'numpy', 'urllib.request', 'nnix.services.rayhead') if m in sys.modules)), file=sys.stderr)); ")
 
 
 def _recorded(tmp_path: Path) -> str:
@@ -82,7 +82,7 @@ def test_quick_verbs_print_what_typer_prints(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["--help"], ["trial", "ls", "ID", "--tail", "10"], ["trial", "ls", "ID"],
                                   ["stop", "ID"], ["stop", "--all"]])
-def test_quick_verbs_import_neither_typer_nor_pydantic_nor_numpy(args: list[str], tmp_path: Path) -> None:
+def test_quick_verbs_import_neither_typer_nor_pydantic_nor_numpy_nor_http(args: list[str], tmp_path: Path) -> None:
     exp_id = _recorded(tmp_path)
     code, out, err = _run(PROBE + QUICK, [exp_id if a == "ID" else a for a in args])
     assert code == 0, err
