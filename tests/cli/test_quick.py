@@ -10,16 +10,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nnix.cli.main import _quick
-from nnix.core.events import MetricReported, StatusChanged, TrialCreated, TrialEnded, TrialStarted
-from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
-from nnix.home import STORE_NAME
-from nnix.store.sqlite import SqliteStore
-from nnix.testing.experiments import make_experiment
+from tests.cli.test_main import _recorded as recorded
 
 # the same program name for both (click reads it from argv[0]), the same error handling; typer's by force
 QUICK = "import sys; sys.argv[0] = 'nnix'; from nnix.cli.main import main; main()"
@@ -30,24 +25,7 @@ PROBE = ("import json, sys, atexit; atexit.register(lambda: print(json.dumps(sor
 
 def _recorded(tmp_path: Path) -> str:
     """A finished experiment, written straight into its store: a success, a failure, a second success."""
-    exp_id, exp_dir = make_experiment(tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
-                                      trialCommand="true", tuner={"name": "TPE",
-                                                                  "classArgs": {"optimize_mode": "maximize"}})
-    events: list[Any] = []
-    for i, value in enumerate([0.5, None, 0.25]):
-        tid = f"tr{i:03d}"
-        events += [TrialCreated(tid, i, i, {"x": 0.1 * (i + 1)}), TrialStarted(tid, "local", str(exp_dir / tid))]
-        if value is None:
-            events.append(TrialEnded(tid, TrialStatus.FAILED, 1, "ValueError: diverged"))
-        else:
-            events += [MetricReported(tid, MetricType.FINAL, 0, value, 0), TrialEnded(tid, TrialStatus.SUCCEEDED, 0)]
-    events.append(StatusChanged(ExperimentStatus.DONE, "maxTrialNumber reached"))
-    store = SqliteStore(exp_dir / STORE_NAME)
-    try:
-        store.append(events)
-    finally:
-        store.close()
-    return exp_id
+    return recorded(tmp_path, [0.5, None, 0.25], "maximize")
 
 
 def _run(code: str, args: list[str], columns: str = "80") -> tuple[int, str, str]:
