@@ -8,8 +8,6 @@ import json
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,9 @@ def rest_call(
     port: int, path: str, method: str = "GET", body: Any = None, host: str = "127.0.0.1", timeout: float = 20.0,
     token: str | None = None,
 ) -> Any:
+    import urllib.error  # (http.client and email: a third of `nnix stop`'s imports, which makes no REST call)
+    import urllib.request
+
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if token:
@@ -105,9 +106,15 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
     return f"experiment {entry.id} is not running ({state.status.value}; no manager serves it){extra}"
 
 
+RAY_HEAD_RECORD = "ray-head.json"  # nnix.services.rayhead.RECORD (a test checks): without it, no import of rayhead
+
+
 def _stop_engines(exp_dir: Path) -> str:
     """What an experiment keeps running outside its manager for a resume, ended (its private Ray head, with the
-    actors, agents and trials in it); what was done, as a suffix of the CLI's message."""
+    actors, agents and trials in it); what was done, as a suffix of the CLI's message. (Without a record of a
+    head, its module, a sixth of `nnix stop`'s imports, is not imported.)"""
+    if not (exp_dir / RAY_HEAD_RECORD).exists():
+        return ""
     from nnix.services.rayhead import stop_recorded
 
     done = stop_recorded(exp_dir)
