@@ -16,7 +16,9 @@ double fork) and run on after the trial ended or was killed. Two ways to find ev
 
 When the trial's command ends, whatever of it is still there is a leftover: in cgroup mode the wrapper
 itself (no manager needed) sends it SIGTERM, waits up to a second, kills the cgroup and writes the count
-to ``<channel>/leftovers``; the watcher (:class:`~nnix.agent.runner.TrialRunner`) then kills what is
+to ``<channel>/leftovers``. (The wrapper steps out of the cgroup only then: a move between cgroups waits for
+an RCU grace period of the kernel, 5-20 ms, and a trial that left nothing behind pays none; its empty cgroup
+is removed by the watcher, or by the next manager's sweep when nobody watched); the watcher (:class:`~nnix.agent.runner.TrialRunner`) then kills what is
 still found by either way and reports the total in ``Exited.leftovers``. Everything the trial can write
 (the token file, the leftover count) is validated before use.
 """
@@ -53,13 +55,14 @@ JOIN = (
     'g=; : > "$NNIX_TRIAL_CHANNEL/nocgroup"; fi; '
 )
 REAP = (
-    'if [ -n "$g" ] && { echo $$ > "$g/../cgroup.procs"; } 2>/dev/null; then n=0; '
+    'if [ -n "$g" ]; then n=0; while read -r p; do [ "$p" = $$ ] || n=$((n+1)); done < "$g/cgroup.procs"; '
+    'if [ $n -gt 0 ] && { echo $$ > "$g/../cgroup.procs"; } 2>/dev/null; then n=0; '
     'while read -r p; do kill -TERM "$p" 2>/dev/null; n=$((n+1)); done < "$g/cgroup.procs"; '
     'if [ $n -gt 0 ]; then i=0; while [ $i -lt 20 ]; do u=1; '
     'while read -r k v; do [ "$k" = populated ] && u=$v; done < "$g/cgroup.events"; '
     '[ "$u" = 0 ] && break; sleep 0.05; i=$((i+1)); done; '
     '{ echo 1 > "$g/cgroup.kill"; } 2>/dev/null; printf "%s\\n" "$n" > "$NNIX_TRIAL_CHANNEL/leftovers"; fi; '
-    'rmdir "$g" 2>/dev/null; fi; '
+    'rmdir "$g" 2>/dev/null; fi; fi; '
 )
 
 
