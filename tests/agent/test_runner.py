@@ -222,12 +222,13 @@ def test_the_next_trial_runs_in_a_wrapper_started_ahead_in_its_cgroup(tmp_path: 
 
     async def main() -> None:
         runner = TrialRunner(events.append, poll_interval=0.05)
+        pids.extend(_children_in_trial_cgroups())  # (wrappers of runners that other tests left open)
         try:
             first = await runner.start(spec("T1"))
             pids.append(first.pid)
 
             def spare() -> dict[int, str]:
-                return {p: t for p, t in _children_in_trial_cgroups().items() if p != first.pid}
+                return {p: t for p, t in _children_in_trial_cgroups().items() if p not in pids}
 
             ahead.update(await wait_until_async(spare, 60, "the next trial's wrapper in its cgroup"))
             second = await runner.start(spec("T2"))
@@ -242,7 +243,7 @@ def test_the_next_trial_runs_in_a_wrapper_started_ahead_in_its_cgroup(tmp_path: 
             await runner.close(kill=True)
 
     asyncio.run(main())
-    assert list(ahead) == [pids[1]]  # the second trial ran in the wrapper started ahead
+    assert list(ahead) == [pids[-1]]  # the second trial ran in the wrapper started ahead
     assert [e.exit_code for e in events if isinstance(e, Exited)] == [0, 0]
     one, two = _dump(tmp_path, "T1"), _dump(tmp_path, "T2")
     assert one["cwd"] == two["cwd"] == os.path.realpath(tmp_path)
@@ -253,7 +254,7 @@ def test_the_next_trial_runs_in_a_wrapper_started_ahead_in_its_cgroup(tmp_path: 
     assert {k: v for k, v in env1.items() if k not in PER_TRIAL} == {k: v for k, v in env2.items()
                                                                      if k not in PER_TRIAL}
     token = (tmp_path / "T2" / CHANNEL_DIRNAME / "token").read_text().strip()
-    assert env2["NNIX_TRIAL_TOKEN"] == ahead[pids[1]] == token
+    assert env2["NNIX_TRIAL_TOKEN"] == ahead[pids[-1]] == token
     # nothing left: no wrapper, no cgroup (the trials' own, removed by the watcher, and the unused one's)
     parent = Path(str(env2["NNIX_TRIAL_CGROUP"])).parent
     tokens = [str(env1["NNIX_TRIAL_TOKEN"]), str(env2["NNIX_TRIAL_TOKEN"]), *later.values()]
@@ -273,9 +274,10 @@ def test_a_trial_the_wrapper_ahead_cannot_take_starts_the_usual_way(tmp_path: Pa
 
     async def main() -> None:
         runner = TrialRunner(events.append, poll_interval=0.05)
+        others = set(_children_in_trial_cgroups())  # (wrappers of runners that other tests left open)
 
         def spare() -> dict[int, str]:
-            return {p: t for p, t in _children_in_trial_cgroups().items() if p not in started}
+            return {p: t for p, t in _children_in_trial_cgroups().items() if p not in started and p not in others}
 
         try:
             started.append((await runner.start(_spec(tmp_path, "T1", "true"))).pid)
