@@ -288,11 +288,11 @@ def _launch_script(spec: TrialSpec, env: dict[str, str], base: dict[str, str], c
     """What a spare sources to become ``spec``'s wrapper: the output files, the environment (what differs from
     ``base``, the one it was started with) and the working directory. Names were checked (_take_spare)."""
     q = shlex.quote
-    out, err = spec.output_dir / "trial.stdout", spec.output_dir / "trial.stderr"
+    out, err = spec.output_dir.absolute() / "trial.stdout", spec.output_dir.absolute() / "trial.stderr"
     lines = [f"exec </dev/null >>{q(str(out))} 2>>{q(str(err))} || exit 126"]
     lines += [f"unset -v {k}" for k in base.keys() - env.keys()]
     lines += [f"export {k}={q(v)}" for k, v in env.items() if base.get(k) != v]
-    code = q(str(channel / "exitcode"))
+    code = q(str(channel.absolute() / "exitcode"))
     lines.append(f"cd -P -- {q(str(spec.code_dir))} || {{ printf '126\\n' > {code}; exit 126; }}")
     old = env.get("OLDPWD")  # (cd set it: as a wrapper started in the directory, the trial sees the inherited one)
     lines.append("unset -v OLDPWD" if old is None else f"export OLDPWD={q(old)}")
@@ -405,25 +405,25 @@ class TrialRunner:
         if spare is None:
             return None
         names = {k for k in env.keys() | spare.env.keys() if env.get(k) != spare.env.get(k)}
-        if (spare.child.returncode is not None or not spec.code_dir.is_dir()
+        if (spare.child.returncode is not None or not spec.code_dir.is_absolute() or not spec.code_dir.is_dir()
                 or any(not _ENV_NAME.match(k) or k in _SHELL_OWN for k in names)):
             self._retire(spare)
             return None
         return spare
 
     def _hand_over(self, spare: _Spare, spec: TrialSpec, env: dict[str, str], channel: Path) -> _Child | None:
-        """Give the trial to the spare: its launch file, then the file's path on its stdin. None when the spare
-        is gone (it is retired)."""
-        launch = channel / LAUNCH_FILE
-        fd = os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with open(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(_launch_script(spec, env, spare.env, channel))
+        """Give the trial to the spare: its launch file, then the file's path on its stdin. None when that
+        fails (the spare is gone, the file cannot be written): the spare is retired."""
+        launch = channel.absolute() / LAUNCH_FILE
         stdin = spare.popen.stdin
         assert stdin is not None
         try:
+            fd = os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with open(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(_launch_script(spec, env, spare.env, channel))
             stdin.write(os.fsencode(launch) + b"\0")
             stdin.close()
-        except OSError:
+        except OSError:  # (a full disk: the usual way says so)
             self._retire(spare)
             return None
         return spare.child
