@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from nnix.agent.runner import (
     CHANNEL_DIRNAME,
     Exited,
@@ -146,3 +148,157 @@ def test_attach_to_a_trial_that_ended_meanwhile(tmp_path: Path) -> None:
     asyncio.run(main())
     assert [m["value"] for e in events if isinstance(e, Metrics) for _, m in e.items] == [1]
     assert isinstance(events[-1], Exited) and events[-1].exit_code == 0
+
+
+# --- the wrapper started ahead (cgroup mode) ----------------------------------------------------------------
+DUMP = (
+    f"{sys.executable} -c \"import json, os; print(json.dumps({{'env': dict(os.environ), 'cwd': os.getcwd(), "
+    "'stdin': os.readlink('/proc/self/fd/0')}))\""
+)
+TRICKY = "a'b\"c\n$HOME `x` \\ ;|&"
+PER_TRIAL = {"NNI_TRIAL_JOB_ID", "NNI_SYS_DIR", "NNI_OUTPUT_DIR", "NNIX_TRIAL_CHANNEL", "NNIX_TRIAL_TOKEN",
+             "NNIX_TRIAL_CGROUP", "_"}
+
+
+def _cgroups_here() -> bool:
+    from nnix.agent.containment import _cgroup_parent
+
+    return _cgroup_parent() is not None
+
+
+def _trial_cgroup(pid: int) -> str | None:
+    """The ``nnix.trials/<token>`` cgroup ``pid`` is in, if any."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        head, _, rest = line.partition("::")
+        parent, _, token = rest.rpartition("/")
+        if head == "0" and parent.endswith("/nnix.trials") and len(token) == 32:
+            return token
+    return None
+
+
+def _children_in_trial_cgroups() -> dict[int, str]:
+    """This process's children already in a trial cgroup, by pid."""
+    me, found = str(os.getpid()).encode(), {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        token = _trial_cgroup(int(name)) if len(fields) > 1 and fields[1] == me else None
+        if token is not None:
+            found[int(name)] = token
+    return found
+
+
+def _dump(tmp_path: Path, tid: str) -> dict[str, object]:
+    import json
+
+    data = json.loads((tmp_path / tid / "trial.stdout").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.skipif(not _cgroups_here(), reason="this machine gives trials no cgroups")
+def test_the_next_trial_runs_in_a_wrapper_started_ahead_in_its_cgroup(tmp_path: Path) -> None:
+    """After a trial starts, the next trial's wrapper is started and moved into its own cgroup (a move costs the
+    kernel's grace period: not on the way to the next trial); the next trial runs in it, with the same
+    environment, working directory, stdin and files as a trial started the usual way. Closing the runner ends
+    the unused one and removes every cgroup."""
+    events: list[RunnerEvent] = []
+    ahead: dict[int, str] = {}
+    later: dict[int, str] = {}
+    pids: list[int] = []
+
+    def spec(tid: str) -> TrialSpec:
+        s = _spec(tmp_path, tid, DUMP)
+        return TrialSpec(s.trial_id, s.command, s.code_dir, s.output_dir, s.record, {**s.env, "TRICKY": TRICKY})
+
+    async def main() -> None:
+        runner = TrialRunner(events.append, poll_interval=0.05)
+        pids.extend(_children_in_trial_cgroups())  # (wrappers of runners that other tests left open)
+        try:
+            first = await runner.start(spec("T1"))
+            pids.append(first.pid)
+
+            def spare() -> dict[int, str]:
+                return {p: t for p, t in _children_in_trial_cgroups().items() if p not in pids}
+
+            ahead.update(await wait_until_async(spare, 60, "the next trial's wrapper in its cgroup"))
+            second = await runner.start(spec("T2"))
+            pids.append(second.pid)
+            await wait_until_async(lambda: sum(isinstance(e, Exited) for e in events) == 2, 60, "both exits")
+
+            def spare_again() -> dict[int, str]:
+                return {p: t for p, t in _children_in_trial_cgroups().items() if p not in pids}
+
+            later.update(await wait_until_async(spare_again, 60, "a wrapper started ahead again"))
+        finally:
+            await runner.close(kill=True)
+
+    asyncio.run(main())
+    assert list(ahead) == [pids[-1]]  # the second trial ran in the wrapper started ahead
+    assert [e.exit_code for e in events if isinstance(e, Exited)] == [0, 0]
+    one, two = _dump(tmp_path, "T1"), _dump(tmp_path, "T2")
+    assert one["cwd"] == two["cwd"] == os.path.realpath(tmp_path)
+    assert one["stdin"] == two["stdin"] == "/dev/null"
+    env1, env2 = one["env"], two["env"]
+    assert isinstance(env1, dict) and isinstance(env2, dict)
+    assert env2["TRICKY"] == TRICKY and env2["NNI_TRIAL_JOB_ID"] == "T2"
+    assert {k: v for k, v in env1.items() if k not in PER_TRIAL} == {k: v for k, v in env2.items()
+                                                                     if k not in PER_TRIAL}
+    token = (tmp_path / "T2" / CHANNEL_DIRNAME / "token").read_text().strip()
+    assert env2["NNIX_TRIAL_TOKEN"] == ahead[pids[-1]] == token
+    # nothing left: no wrapper, no cgroup (the trials' own, removed by the watcher, and the unused one's)
+    parent = Path(str(env2["NNIX_TRIAL_CGROUP"])).parent
+    tokens = [str(env1["NNIX_TRIAL_TOKEN"]), str(env2["NNIX_TRIAL_TOKEN"]), *later.values()]
+    assert len(later) == 1 and not any((parent / t).exists() for t in tokens)
+    assert not any(_pid_alive(p) for p in later)
+
+
+@pytest.mark.skipif(not _cgroups_here(), reason="this machine gives trials no cgroups")
+def test_a_trial_the_wrapper_ahead_cannot_take_starts_the_usual_way(tmp_path: Path) -> None:
+    """A wrapper started ahead that was killed meanwhile, or a trial whose environment sets a variable bash keeps
+    for itself: the trial starts the usual way, runs, and the unused wrapper and its cgroup are gone."""
+    import signal
+
+    events: list[RunnerEvent] = []
+    spares: list[dict[int, str]] = []
+    started: list[int] = []
+
+    async def main() -> None:
+        runner = TrialRunner(events.append, poll_interval=0.05)
+        others = set(_children_in_trial_cgroups())  # (wrappers of runners that other tests left open)
+
+        def spare() -> dict[int, str]:
+            return {p: t for p, t in _children_in_trial_cgroups().items() if p not in started and p not in others}
+
+        try:
+            started.append((await runner.start(_spec(tmp_path, "T1", "true"))).pid)
+            spares.append(await wait_until_async(spare, 60, "the next trial's wrapper in its cgroup"))
+            (killed,) = spares[0]
+            os.kill(killed, signal.SIGKILL)
+            started.append((await runner.start(_spec(tmp_path, "T2", "true"))).pid)
+            spares.append(await wait_until_async(spare, 60, "a new wrapper in its cgroup"))
+            own = _spec(tmp_path, "T3", "true")
+            started.append((await runner.start(TrialSpec(own.trial_id, own.command, own.code_dir, own.output_dir,
+                                                         own.record, {**own.env, "PPID": "1"}))).pid)
+            await wait_until_async(lambda: sum(isinstance(e, Exited) for e in events) == 3, 60, "three exits")
+            (unused,) = spares[1]
+            await wait_until_async(lambda: not _pid_alive(unused), 60, "the unused wrapper's end")
+        finally:
+            await runner.close(kill=True)
+
+    asyncio.run(main())
+    assert [e.exit_code for e in events if isinstance(e, Exited)] == [0, 0, 0]
+    assert not set(started) & {p for s in spares for p in s}  # none ran in a wrapper started ahead
+    from nnix.agent.containment import _cgroup_parent
+
+    parent = _cgroup_parent()
+    assert parent is not None and not any((parent / t).exists() for s in spares for t in s.values())

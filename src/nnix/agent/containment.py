@@ -16,9 +16,12 @@ double fork) and run on after the trial ended or was killed. Two ways to find ev
 
 When the trial's command ends, whatever of it is still there is a leftover: in cgroup mode the wrapper
 itself (no manager needed) sends it SIGTERM, waits up to a second, kills the cgroup and writes the count
-to ``<channel>/leftovers``; the watcher (:class:`~nnix.agent.runner.TrialRunner`) then kills what is
-still found by either way and reports the total in ``Exited.leftovers``. Everything the trial can write
-(the token file, the leftover count) is validated before use.
+to ``<channel>/leftovers``. (The wrapper steps out of the cgroup only then: a move between cgroups waits for
+an RCU grace period of the kernel, 5-20 ms, and a trial that left nothing behind pays none; its empty cgroup
+is removed by the watcher, or by the next manager's sweep when nobody watched). The watcher
+(:class:`~nnix.agent.runner.TrialRunner`) then kills what is still found by either way and reports the total
+in ``Exited.leftovers``. Everything the trial can write (the token file, the leftover count) is validated before
+use.
 """
 
 from __future__ import annotations
@@ -53,13 +56,14 @@ JOIN = (
     'g=; : > "$NNIX_TRIAL_CHANNEL/nocgroup"; fi; '
 )
 REAP = (
-    'if [ -n "$g" ] && { echo $$ > "$g/../cgroup.procs"; } 2>/dev/null; then n=0; '
+    'if [ -n "$g" ]; then n=0; while read -r p; do [ "$p" = $$ ] || n=$((n+1)); done < "$g/cgroup.procs"; '
+    'if [ $n -gt 0 ] && { echo $$ > "$g/../cgroup.procs"; } 2>/dev/null; then n=0; '
     'while read -r p; do kill -TERM "$p" 2>/dev/null; n=$((n+1)); done < "$g/cgroup.procs"; '
     'if [ $n -gt 0 ]; then i=0; while [ $i -lt 20 ]; do u=1; '
     'while read -r k v; do [ "$k" = populated ] && u=$v; done < "$g/cgroup.events"; '
     '[ "$u" = 0 ] && break; sleep 0.05; i=$((i+1)); done; '
     '{ echo 1 > "$g/cgroup.kill"; } 2>/dev/null; printf "%s\\n" "$n" > "$NNIX_TRIAL_CHANNEL/leftovers"; fi; '
-    'rmdir "$g" 2>/dev/null; fi; '
+    'rmdir "$g" 2>/dev/null; fi; fi; '
 )
 
 
@@ -164,9 +168,9 @@ class Containment:
         self.cgroup = cgroup
         self.channel = channel
 
-    @classmethod
-    def create(cls, channel: Path) -> Containment:
-        """A new trial's containment: a token (saved in the channel) and, where allowed, a cgroup."""
+    @staticmethod
+    def fresh() -> tuple[str, Path | None]:
+        """A new token and, where allowed, a new (empty) cgroup named by it."""
         token = secrets.token_hex(16)
         cgroup: Path | None = None
         parent = _cgroup_parent() if _mode() != "marker" else None
@@ -177,6 +181,13 @@ class Containment:
                 cgroup = parent / token
             except OSError as e:
                 log.warning("cannot create a cgroup for a trial (%s): using the environment marker", e)
+        return token, cgroup
+
+    @classmethod
+    def create(cls, channel: Path, made: tuple[str, Path | None] | None = None) -> Containment:
+        """A new trial's containment: a token (saved in the channel) and, where allowed, a cgroup; ``made``: those
+        of :meth:`fresh`, made earlier (for a wrapper started ahead, see :class:`~nnix.agent.runner.TrialRunner`)."""
+        token, cgroup = made if made is not None else cls.fresh()
         (channel / TOKEN_FILE).write_text(token + "\n")
         return cls(token, cgroup, channel)
 
@@ -257,14 +268,19 @@ class Containment:
 
     async def release(self) -> None:
         """Remove the trial's cgroup, once its last (killed) processes are gone."""
-        if self.cgroup is None:
+        await release_cgroup(self.cgroup)
+
+
+async def release_cgroup(cgroup: Path | None) -> None:
+    """Remove a trial's cgroup, once its last (killed) processes are gone (waits up to 2 s for them)."""
+    if cgroup is None:
+        return
+    for _ in range(80):
+        try:
+            cgroup.rmdir()
             return
-        for _ in range(80):
-            try:
-                self.cgroup.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                await asyncio.sleep(0.025)
-        log.warning("cannot remove the cgroup %s: processes are still in it", self.cgroup)
+        except FileNotFoundError:
+            return
+        except OSError:
+            await asyncio.sleep(0.025)
+    log.warning("cannot remove the cgroup %s: processes are still in it", cgroup)

@@ -20,6 +20,8 @@ import asyncio
 import base64
 import contextlib
 import os
+import re
+import shlex
 import signal
 import subprocess
 from collections.abc import Callable
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from nnix.agent.channel import CHANNEL_ENV, READ_CHUNK, MetricReader, write_parameter
-from nnix.agent.containment import JOIN, REAP, Containment
+from nnix.agent.containment import CGROUP_ENV, JOIN, REAP, TOKEN_ENV, Containment, release_cgroup
 from nnix.agent.reason import TAIL_BYTES, read_tail
 from nnix.errors import ServiceError
 from nnix.trial import shim_path
@@ -36,10 +38,28 @@ from nnix.trial import shim_path
 # The wrapper runs the user's command in a subshell (so `exit` in it cannot skip the bookkeeping)
 # and records the exit status where a resumed manager can find it.
 # In cgroup mode it also joins the trial's cgroup first and kills what is left of it at the end.
-WRAPPER = (
-    JOIN + '(eval "$NNIX_TRIAL_COMMAND"); c=$?; printf "%s\\n" "$c" > "$NNIX_TRIAL_CHANNEL/exitcode"; '
-    + REAP + "exit $c"
+BODY = '(eval "$NNIX_TRIAL_COMMAND"); c=$?; printf "%s\\n" "$c" > "$NNIX_TRIAL_CHANNEL/exitcode"; ' + REAP + "exit $c"
+WRAPPER = JOIN + BODY
+# A wrapper started ahead (the runner's spare, see TrialRunner.prepare): moving a process into a cgroup waits for
+# an RCU grace period of the kernel (5-20 ms), so in cgroup mode the next trial's wrapper is started while the
+# current trial runs: it joins its cgroup, then waits on its stdin for the path of the trial's launch file (its
+# output files, environment and working directory, in shell: see _launch_script), sources it and goes on as the
+# wrapper does. Its stdin closed before that (the runner closed, or its process died): it steps out of its cgroup,
+# removes it and ends.
+SPARE = (
+    'g=$NNIX_TRIAL_CGROUP; if [ -n "$g" ] && ! { echo $$ > "$g/cgroup.procs"; } 2>/dev/null; then g=; fi; '
+    '_nnix_g=$g; if ! IFS= read -r -d "" f; then [ -n "$g" ] && { echo $$ > "$g/../cgroup.procs"; } 2>/dev/null '
+    '&& rmdir "$g" 2>/dev/null; exit 0; fi; . "$f" || exit 126; g=$_nnix_g; '
+    'if [ -n "$NNIX_TRIAL_CGROUP" ] && [ -z "$g" ]; then : > "$NNIX_TRIAL_CHANNEL/nocgroup"; fi; ' + BODY
 )
+LAUNCH_FILE = "launch.sh"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# variables bash sets or guards itself: a trial whose environment changes one is started the usual way
+_SHELL_OWN = frozenset({
+    "BASHOPTS", "BASHPID", "BASH_ARGV0", "BASH_ENV", "BASH_VERSINFO", "BASH_XTRACEFD", "DIRSTACK", "ENV", "EUID",
+    "FUNCNAME", "GROUPS", "HISTCMD", "IFS", "POSIXLY_CORRECT", "PPID", "PS4", "PWD", "SHELLOPTS",
+    "SHLVL", "UID", "_nnix_g", "f",
+})
 LEFTOVER_GRACE = 1.0  # seconds a leftover process gets between SIGTERM and SIGKILL
 CHANNEL_DIRNAME = ".nnix"
 
@@ -257,6 +277,29 @@ async def _spawn(argv: list[str], *, cwd: str, env: dict[str, str], stdout: Any,
 
 
 @dataclass
+class _Spare:
+    popen: subprocess.Popen[bytes]
+    child: _Child
+    made: tuple[str, Path | None]  # its containment's token and cgroup (see Containment.fresh)
+    env: dict[str, str]  # the environment it was started with
+
+
+def _launch_script(spec: TrialSpec, env: dict[str, str], base: dict[str, str], channel: Path) -> str:
+    """What a spare sources to become ``spec``'s wrapper: the output files, the environment (what differs from
+    ``base``, the one it was started with) and the working directory. Names were checked (_take_spare)."""
+    q = shlex.quote
+    out, err = spec.output_dir.absolute() / "trial.stdout", spec.output_dir.absolute() / "trial.stderr"
+    lines = [f"exec </dev/null >>{q(str(out))} 2>>{q(str(err))} || exit 126"]
+    lines += [f"unset -v {k}" for k in base.keys() - env.keys()]
+    lines += [f"export {k}={q(v)}" for k, v in env.items() if base.get(k) != v]
+    code = q(str(channel.absolute() / "exitcode"))
+    lines.append(f"cd -P -- {q(str(spec.code_dir))} || {{ printf '126\\n' > {code}; exit 126; }}")
+    old = env.get("OLDPWD")  # (cd set it: as a wrapper started in the directory, the trial sees the inherited one)
+    lines.append("unset -v OLDPWD" if old is None else f"export OLDPWD={q(old)}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
 class _Running:
     spec_id: str
     pid: int
@@ -285,6 +328,9 @@ class TrialRunner:
     # trials that ended here: their metric channel and how many lines were sent, so that lines an
     # earlier (killed) manager acknowledged but never recorded can still be sent again (resend)
     _ended: dict[str, tuple[Path, int]] = field(default_factory=dict, init=False)
+    _spare: _Spare | None = field(default=None, init=False)
+    _retiring: set[asyncio.Future[None]] = field(default_factory=set, init=False)
+    _closed: bool = field(default=False, init=False)
 
     @property
     def running(self) -> list[str]:
@@ -304,16 +350,24 @@ class TrialRunner:
         env["NNIX_TRIAL_COMMAND"] = spec.command
         for stale in ("exitcode", "leftovers", "nocgroup"):
             (channel / stale).unlink(missing_ok=True)
-        containment = Containment.create(channel)
+        spare = self._take_spare(spec, env)
+        containment = Containment.create(channel, spare.made if spare is not None else None)
         env.update(containment.env())
+        proc: _Child | None = None
         try:
             with (
                 open(spec.output_dir / "trial.stdout", "ab") as out,
                 open(spec.output_dir / "trial.stderr", "ab") as err,
             ):
-                proc = await _spawn(
-                    [self.shell, "-c", WRAPPER], cwd=str(spec.code_dir), env=env, stdout=out, stderr=err
-                )
+                if spare is not None:
+                    proc = self._hand_over(spare, spec, env, channel)
+                    if proc is None:  # it ended meanwhile (killed by someone): its cgroup goes with it
+                        containment = Containment.create(channel)
+                        env.update(containment.env())
+                if proc is None:
+                    proc = await _spawn(
+                        [self.shell, "-c", WRAPPER], cwd=str(spec.code_dir), env=env, stdout=out, stderr=err
+                    )
         except OSError as e:
             await containment.release()
             raise ServiceError(f"cannot start trial {spec.trial_id}: {e}", f"check {spec.code_dir}") from e
@@ -322,7 +376,75 @@ class TrialRunner:
         self._running[spec.trial_id] = run
         started = Started(spec.trial_id, proc.pid, process_start_token(proc.pid), str(spec.output_dir))
         run.task = asyncio.create_task(self._watch(run))
+        asyncio.get_running_loop().call_soon(self.prepare)  # once this trial's start is recorded
         return started
+
+    def prepare(self) -> None:
+        """Start the next trial's wrapper ahead (the spare, see ``SPARE``) where trials get cgroups: its move into
+        its cgroup then happens while the current trial runs (or while the tuner thinks), not on the way to
+        the next trial. Nothing where trials get no cgroup (no move to hide). Needs a running loop."""
+        if self._spare is not None or self._closed:
+            return
+        made = Containment.fresh()
+        if made[1] is None:
+            return
+        env = dict(os.environ)
+        env.update({TOKEN_ENV: made[0], CGROUP_ENV: str(made[1])})
+        try:
+            popen = subprocess.Popen([self.shell, "-c", SPARE], cwd="/", env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            with contextlib.suppress(OSError):
+                made[1].rmdir()
+            return
+        self._spare = _Spare(popen, _Child(popen, asyncio.get_running_loop()), made, env)
+
+    def _take_spare(self, spec: TrialSpec, env: dict[str, str]) -> _Spare | None:
+        """The spare, when it can run this trial (else it is retired and the trial starts the usual way)."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        names = {k for k in env.keys() | spare.env.keys() if env.get(k) != spare.env.get(k)}
+        if (spare.child.returncode is not None or not spec.code_dir.is_absolute() or not spec.code_dir.is_dir()
+                or any(not _ENV_NAME.match(k) or k in _SHELL_OWN for k in names)):
+            self._retire(spare)
+            return None
+        return spare
+
+    def _hand_over(self, spare: _Spare, spec: TrialSpec, env: dict[str, str], channel: Path) -> _Child | None:
+        """Give the trial to the spare: its launch file, then the file's path on its stdin. None when that
+        fails (the spare is gone, the file cannot be written): the spare is retired."""
+        launch = channel.absolute() / LAUNCH_FILE
+        stdin = spare.popen.stdin
+        assert stdin is not None
+        try:
+            fd = os.open(launch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with open(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(_launch_script(spec, env, spare.env, channel))
+            stdin.write(os.fsencode(launch) + b"\0")
+            stdin.close()
+        except OSError:  # (a full disk: the usual way says so)
+            self._retire(spare)
+            return None
+        return spare.child
+
+    def _retire(self, spare: _Spare) -> None:
+        task = asyncio.ensure_future(self._end_spare(spare))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _end_spare(self, spare: _Spare) -> None:
+        """End an unused spare (its stdin closed: it exits at once; killed after 2 s) and remove its cgroup."""
+        if spare.popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                spare.popen.stdin.close()
+        ended = asyncio.ensure_future(spare.child.wait())
+        await asyncio.wait({ended}, timeout=2.0)
+        if not ended.done():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(spare.popen.pid, signal.SIGKILL)
+            await ended
+        await release_cgroup(spare.made[1])
 
     async def attach(
         self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int
@@ -395,6 +517,10 @@ class TrialRunner:
             run.killed.set()
 
     async def close(self, kill: bool) -> None:
+        self._closed = True
+        if self._spare is not None:
+            self._retire(self._spare)
+            self._spare = None
         if kill:
             await asyncio.gather(*(self.kill(t) for t in list(self._running)))
         tasks = [r.task for r in self._running.values() if r.task is not None]
@@ -405,6 +531,7 @@ class TrialRunner:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         self._running.clear()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)

@@ -63,7 +63,7 @@ class LocalService(Configured):
         self._emit_up(event)
 
     async def start(self) -> None:
-        return None
+        self._runner.prepare()  # the first trial's wrapper, while the tuner makes its first suggestion
 
     async def submit(self, spec: TrialSpec) -> Started | None:
         alloc = self._gpus.allocate(spec.trial_id)
