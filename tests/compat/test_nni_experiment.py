@@ -38,6 +38,7 @@ from nnix.home import Registry, pid_alive, read_state
 from nnix.testing import wait_until
 from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab, unavailable
+from nnix.testing.startgate import StartGate, start_gate
 
 SRC = Path(nnix.__file__).resolve().parents[1]
 TRIAL = """import os, time, nni
@@ -333,10 +334,11 @@ else:
 """
 
 
-def launcher(code_dir: Path, *args: str, **kw: Any) -> subprocess.Popen[str]:
-    """NNI's quickstart as a script of its own: ``from nni.experiment import Experiment`` (nnix's ``nni``)."""
+def launcher(code_dir: Path, *args: str, gate: StartGate | None = None, **kw: Any) -> subprocess.Popen[str]:
+    """NNI's quickstart as a script of its own: ``from nni.experiment import Experiment`` (nnix's ``nni``).
+    ``gate``: the processes it starts see it (first on their ``PYTHONPATH``)."""
     (code_dir / "launch.py").write_text(LAUNCHER)
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*([str(gate.dir)] if gate else []), str(SRC)])}
     env.pop("NNIX_NNI_FALLBACK", None)
     return subprocess.Popen([sys.executable, "launch.py", *args], cwd=code_dir, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
@@ -371,6 +373,31 @@ def test_ctrl_c_stops_run_cleanly(code_dir: Path) -> None:
     assert state.status.value == "STOPPED" and gone(exp_id)
     assert {t.status.value for t in state.trials.values()} == {"USER_CANCELED"}
     wait_until(lambda: not any(pid_alive(p) for p in trial_pids), 60.0, "the trials to end")
+
+
+def test_ctrl_c_while_the_manager_starts_leaves_no_manager_behind(code_dir: Path, tmp_path: Path) -> None:
+    """The racy moment held open: the manager daemon is started but has not answered yet (a loaded machine)
+    when Ctrl-C comes. The launcher ends that daemon before run() returns; no trial ran, so nothing is kept."""
+    gate = start_gate(tmp_path / "gate", "nnix.host.daemon")
+    proc = launcher(code_dir, "4", "run", gate=gate, start_new_session=True)
+    assert proc.stdout is not None
+    daemon = None
+    try:
+        exp_id = proc.stdout.readline().split()[1]
+        daemon = wait_until(gate.held_pid, 60.0, "the manager daemon to start")
+        assert Registry().get(exp_id)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert "KeyboardInterrupt detected" in out and "RESULT None" in out, out + err
+        assert not pid_alive(daemon)  # not left to run the experiment without its launcher
+        assert Registry().all() == []  # no trial ran: the experiment is discarded
+    finally:
+        gate.open()
+        if proc.poll() is None:
+            proc.kill()
+        if daemon is not None and pid_alive(daemon):
+            os.kill(daemon, signal.SIGKILL)
 
 
 def test_a_killed_launcher_does_not_leave_its_experiment_running(code_dir: Path) -> None:

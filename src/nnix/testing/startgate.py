@@ -1,0 +1,64 @@
+"""Hold a Python process at its interpreter's start, to act at a moment that is otherwise a race.
+
+:func:`start_gate` writes a ``sitecustomize`` module into a directory: put that directory first on the
+``PYTHONPATH`` of a process tree, and each Python process whose command line holds ``marker`` (e.g.
+``nnix.host.daemon``, a manager daemon) writes its pid to ``<dir>/<marker>.pid`` and waits there until
+``<dir>/open`` exists (or ``hold`` seconds have passed). The test then does what must work while such a
+process is starting (a Ctrl-C in its launcher, say), and opens the gate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_SITECUSTOMIZE = '''"""nnix.testing.startgate: hold a process whose command line holds {marker!r} at its start."""
+import os as _os
+import time as _time
+
+
+def _gate():
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\\0")
+    except OSError:
+        return
+    if {marker!r}.encode() not in cmdline:
+        return
+    here = {here!r}
+    tmp = _os.path.join(here, "%d.tmp" % _os.getpid())
+    with open(tmp, "w") as f:
+        f.write(str(_os.getpid()))
+    _os.replace(tmp, _os.path.join(here, {pidfile!r}))
+    deadline = _time.monotonic() + {hold!r}
+    while not _os.path.exists(_os.path.join(here, "open")) and _time.monotonic() < deadline:
+        _time.sleep(0.02)
+
+
+_gate()
+'''
+
+
+class StartGate:
+    """The gate of :func:`start_gate`: where it is, the pid of the process it holds, how to open it."""
+
+    def __init__(self, directory: Path, marker: str) -> None:
+        self.dir = directory
+        self.pid_file = directory / f"{marker}.pid"
+
+    def held_pid(self) -> int | None:
+        """The pid of the process held (or once held) at the gate, None before one arrives."""
+        try:
+            return int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def open(self) -> None:
+        (self.dir / "open").touch()
+
+
+def start_gate(directory: Path, marker: str, hold: float = 120.0) -> StartGate:
+    """Write the gate's ``sitecustomize.py`` into ``directory`` (created); see the module's docstring."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pidfile = f"{marker}.pid"
+    (directory / "sitecustomize.py").write_text(
+        _SITECUSTOMIZE.format(marker=marker, here=str(directory.resolve()), pidfile=pidfile, hold=float(hold)))
+    return StartGate(directory, marker)
