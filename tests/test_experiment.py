@@ -19,7 +19,7 @@ from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import NnixError
 from nnix.home import Registry, pid_alive, read_state
 from nnix.testing import wait_until
-from nnix.testing.startgate import start_gate
+from nnix.testing.ctrlc import foreground_job, start_gate
 
 TRIAL = "import nni\np = nni.get_next_parameter()\nnni.report_final_result(p['x'] ** 2)\n"
 
@@ -158,7 +158,7 @@ def test_ctrl_c_while_start_waits_for_its_daemon_ends_the_daemon(tmp_path: Path)
     (tmp_path / "launch.py").write_text(START_THEN_CTRL_C)
     src = Path(nnix.__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(gate.dir), str(src)])}
-    proc = subprocess.Popen([sys.executable, "launch.py", str(cfg)], cwd=tmp_path, env=env, text=True,
+    proc = subprocess.Popen(foreground_job([sys.executable, "launch.py", str(cfg)]), cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     daemon = None
     try:

@@ -36,9 +36,9 @@ from nnix.config import RemoteConfig as NativeRemoteConfig
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, pid_alive, read_state
 from nnix.testing import wait_until
+from nnix.testing.ctrlc import StartGate, foreground_job, start_gate
 from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab, unavailable
-from nnix.testing.startgate import StartGate, start_gate
 
 SRC = Path(nnix.__file__).resolve().parents[1]
 TRIAL = """import os, time, nni
@@ -335,12 +335,13 @@ else:
 
 
 def launcher(code_dir: Path, *args: str, gate: StartGate | None = None, **kw: Any) -> subprocess.Popen[str]:
-    """NNI's quickstart as a script of its own: ``from nni.experiment import Experiment`` (nnix's ``nni``).
+    """NNI's quickstart as a script of its own: ``from nni.experiment import Experiment`` (nnix's ``nni``), started
+    as a terminal's foreground job (Ctrl-C is a KeyboardInterrupt even when this suite runs in a background job).
     ``gate``: the processes it starts see it (first on their ``PYTHONPATH``)."""
     (code_dir / "launch.py").write_text(LAUNCHER)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*([str(gate.dir)] if gate else []), str(SRC)])}
     env.pop("NNIX_NNI_FALLBACK", None)
-    return subprocess.Popen([sys.executable, "launch.py", *args], cwd=code_dir, env=env, text=True,
+    return subprocess.Popen(foreground_job([sys.executable, "launch.py", *args]), cwd=code_dir, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 

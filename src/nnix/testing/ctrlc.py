@@ -1,4 +1,9 @@
-"""Hold a Python process at its interpreter's start, to act at a moment that is otherwise a race.
+"""Testing Ctrl-C: a launcher that gets SIGINT as a terminal's foreground job does, and a gate that holds a
+Python process at its interpreter's start, to press Ctrl-C at a moment that is otherwise a race.
+
+:func:`foreground_job`: a command line that runs ``argv`` with SIGINT at its default action. A process started
+with ``&`` from a script (a test suite run in the background, say) inherits SIGINT *ignored*, and Python then
+installs no ``KeyboardInterrupt`` handler: Ctrl-C tests would hang there, as the launcher never sees it.
 
 :func:`start_gate` writes a ``sitecustomize`` module into a directory: put that directory first on the
 ``PYTHONPATH`` of a process tree, and each Python process whose command line holds ``marker`` (e.g.
@@ -8,9 +13,22 @@ process is starting (a Ctrl-C in its launcher, say), and opens the gate."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-_SITECUSTOMIZE = '''"""nnix.testing.startgate: hold a process whose command line holds {marker!r} at its start."""
+_FOREGROUND = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+               "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def foreground_job(argv: Sequence[str]) -> list[str]:
+    """``argv`` (its first item a path) started as a terminal's foreground job is: SIGINT at its default action
+    whatever this process inherited (an ignored SIGINT survives ``exec``; a default one becomes Python's
+    ``KeyboardInterrupt``). A small Python trampoline resets it, then ``exec`` runs ``argv`` (same pid)."""
+    return [sys.executable, "-c", _FOREGROUND, *argv]
+
+
+_SITECUSTOMIZE = '''"""nnix.testing.ctrlc: hold a process whose command line holds {marker!r} at its start."""
 import os as _os
 import time as _time
 
