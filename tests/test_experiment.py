@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,9 +16,9 @@ import nnix
 from nnix import Experiment
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import NnixError
-from nnix.home import Registry, pid_alive, read_state
+from nnix.home import Registry, read_state
 from nnix.testing import wait_until
-from nnix.testing.ctrlc import foreground_job, start_gate
+from nnix.testing.ctrlc import ctrl_c_at_the_gate, foreground_job, start_gate
 
 TRIAL = "import nni\np = nni.get_next_parameter()\nnni.report_final_result(p['x'] ** 2)\n"
 
@@ -160,18 +159,8 @@ def test_ctrl_c_while_start_waits_for_its_daemon_ends_the_daemon(tmp_path: Path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(gate.dir), str(src)])}
     proc = subprocess.Popen(foreground_job([sys.executable, "launch.py", str(cfg)]), cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    daemon = None
-    try:
-        daemon = wait_until(gate.held_pid, 60.0, "the manager daemon to start")
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        assert "INTERRUPTED None" in out, out + err  # the experiment it created is discarded
-        assert not pid_alive(daemon)  # not left to run the experiment without its launcher
-        assert Registry().all() == []
-    finally:
-        gate.open()
-        if proc.poll() is None:
-            proc.kill()
-        if daemon is not None and pid_alive(daemon):
-            os.kill(daemon, signal.SIGKILL)
+    out, err, daemon_left = ctrl_c_at_the_gate(proc, gate)
+    assert proc.returncode == 0, err
+    assert "INTERRUPTED None" in out, out + err  # the experiment it created is discarded
+    assert not daemon_left  # not left to run the experiment without its launcher
+    assert Registry().all() == []

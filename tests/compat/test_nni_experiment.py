@@ -36,7 +36,7 @@ from nnix.config import RemoteConfig as NativeRemoteConfig
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, pid_alive, read_state
 from nnix.testing import wait_until
-from nnix.testing.ctrlc import StartGate, foreground_job, start_gate
+from nnix.testing.ctrlc import StartGate, ctrl_c_at_the_gate, foreground_job, start_gate
 from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab, unavailable
 
@@ -382,23 +382,12 @@ def test_ctrl_c_while_the_manager_starts_leaves_no_manager_behind(code_dir: Path
     gate = start_gate(tmp_path / "gate", "nnix.host.daemon")
     proc = launcher(code_dir, "4", "run", gate=gate, start_new_session=True)
     assert proc.stdout is not None
-    daemon = None
-    try:
-        exp_id = proc.stdout.readline().split()[1]
-        daemon = wait_until(gate.held_pid, 60.0, "the manager daemon to start")
-        assert Registry().get(exp_id)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        assert "KeyboardInterrupt detected" in out and "RESULT None" in out, out + err
-        assert not pid_alive(daemon)  # not left to run the experiment without its launcher
-        assert Registry().all() == []  # no trial ran: the experiment is discarded
-    finally:
-        gate.open()
-        if proc.poll() is None:
-            proc.kill()
-        if daemon is not None and pid_alive(daemon):
-            os.kill(daemon, signal.SIGKILL)
+    exp_id = proc.stdout.readline().split()[1]
+    out, err, daemon_left = ctrl_c_at_the_gate(proc, gate)
+    assert proc.returncode == 0, err
+    assert "KeyboardInterrupt detected" in out and "RESULT None" in out, out + err
+    assert not daemon_left  # not left to run the experiment without its launcher
+    assert exp_id not in {e.id for e in Registry().all()}  # no trial ran: the experiment is discarded
 
 
 def test_a_killed_launcher_does_not_leave_its_experiment_running(code_dir: Path) -> None:

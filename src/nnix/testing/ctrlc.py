@@ -13,9 +13,15 @@ process is starting (a Ctrl-C in its launcher, say), and opens the gate."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from nnix.home import pid_alive
+from nnix.testing.waiting import wait_until
 
 _FOREGROUND = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
                "os.execv(sys.argv[1], sys.argv[1:])")
@@ -80,3 +86,23 @@ def start_gate(directory: Path, marker: str, hold: float = 120.0) -> StartGate:
     (directory / "sitecustomize.py").write_text(
         _SITECUSTOMIZE.format(marker=marker, here=str(directory.resolve()), pidfile=pidfile, hold=float(hold)))
     return StartGate(directory, marker)
+
+
+def ctrl_c_at_the_gate(proc: subprocess.Popen[str], gate: StartGate, timeout: float = 120.0) -> tuple[str, str, bool]:
+    """Wait until a process is held at ``gate``, press Ctrl-C in ``proc`` (SIGINT to its process group, as a
+    terminal does: start it with ``start_new_session``) and wait for ``proc`` to end. Returns its output, its
+    errors, and whether the held process was still alive once ``proc`` had ended. Afterwards, whatever
+    happened, the gate is opened, and ``proc`` and the held process are killed if they still run."""
+    held = None
+    try:
+        held = wait_until(gate.held_pid, 60.0, "a process held at the gate")
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+        return out, err, pid_alive(held)
+    finally:
+        gate.open()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if held is not None and pid_alive(held):
+            os.kill(held, signal.SIGKILL)

@@ -209,26 +209,31 @@ class Experiment:
     def start(self, port: int = 8080, debug: bool = False, run_mode: RunMode = RunMode.Background) -> None:
         """Create the experiment and start its manager in the background; returns once it answers.
         ``port=0`` takes any free port (nnix); ``self.port`` says which."""
-        from nnix.host.build import create, discard_unstarted
-
         if self.config is None:
             raise NnixError("this Experiment has no config to start",
                             "Experiment('local') or Experiment(config); to continue a recorded experiment: "
                             "Experiment.resume(ID) or Experiment(None, ID).resume()")
         self._refuse_if_started()
         assert self.id is not None
-        loaded = self.config._load(debug)
-        for warning in loaded.warnings:
-            _logger.warning(warning)
-        _logger.info("Creating experiment, Experiment ID: %s", self.id)
+        created = False
         try:
+            from nnix.host.build import create
+
+            loaded = self.config._load(debug)
+            for warning in loaded.warnings:
+                _logger.warning(warning)
+            _logger.info("Creating experiment, Experiment ID: %s", self.id)
             with sigint_held():  # not half a directory without its registry entry
                 create(loaded, self.id)
+                created = True
             self._launch("create", port, run_mode)
         except BaseException as e:  # failed, or Ctrl-C while the manager was starting: stop what may run
-            self._undo_launch(e)
-            with sigint_held(), contextlib.suppress(Exception):
-                discard_unstarted(self.id)  # a failed start leaves no experiment behind (unless trials ran)
+            self._undo_launch(e, created)
+            if created:
+                from nnix.host.build import discard_unstarted
+
+                with sigint_held(), contextlib.suppress(Exception):
+                    discard_unstarted(self.id)  # a failed start leaves no experiment behind (unless trials ran)
             raise
 
     def run(self, port: int = 8080, wait_completion: bool = True, debug: bool = False) -> bool | None:
@@ -242,18 +247,20 @@ class Experiment:
             return None
         return self._until_done() if wait_completion else None
 
-    def _undo_launch(self, error: BaseException) -> None:
-        """After a start that failed or was interrupted (the error): no manager, watcher or exit hook left."""
+    def _undo_launch(self, error: BaseException, recorded: bool) -> None:
+        """After a start that failed or was interrupted (the error): no manager, watcher or exit hook left.
+        ``recorded``: the experiment exists (a manager may have been started for it)."""
         with sigint_held():
             if isinstance(error, KeyboardInterrupt):
                 _logger.warning("KeyboardInterrupt detected")
             if self._pid is not None:
                 with contextlib.suppress(Exception):
                     self._stop()
-            else:  # a manager that answered just before the interrupt is recorded: stop it by its id
+            else:
                 self._forget()
-                with contextlib.suppress(Exception):
-                    stop_experiment(self.id or "")
+                if recorded:  # a manager that answered just before the interrupt is recorded: stop it by its id
+                    with contextlib.suppress(Exception):
+                        stop_experiment(self.id or "")
             self._pid = self.port = None
 
     def _until_done(self) -> bool | None:
@@ -497,7 +504,7 @@ class Experiment:
         try:
             self._launch(action, port, RunMode.Background)
         except BaseException as e:
-            self._undo_launch(e)
+            self._undo_launch(e, True)
             raise
 
     def _launch(self, action: str, port: int, run_mode: RunMode) -> None:
