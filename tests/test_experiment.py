@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+import nnix
 from nnix import Experiment
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import NnixError
 from nnix.home import Registry, read_state
+from nnix.testing import wait_until
+from nnix.testing.ctrlc import ctrl_c_at_the_gate, foreground_job, start_gate
 
 TRIAL = "import nni\np = nni.get_next_parameter()\nnni.report_final_result(p['x'] ** 2)\n"
 
@@ -118,8 +123,6 @@ def test_a_failed_experiment_run_leaves_nothing_behind(tmp_path: Path) -> None:
 
 
 def test_run_without_waiting_starts_a_daemon_and_debug_logs_at_debug(tmp_path: Path) -> None:
-    from nnix.testing import wait_until
-
     cfg = _sleeping_trial_config(tmp_path)
     exp = Experiment(cfg)
     assert exp.run(port=0, wait_completion=False, debug=True) is None  # returns while the trial sleeps
@@ -134,3 +137,30 @@ def test_run_without_waiting_starts_a_daemon_and_debug_logs_at_debug(tmp_path: P
     finally:
         exp.stop()
     assert read_state(exp_dir).status is ExperimentStatus.STOPPED
+
+
+START_THEN_CTRL_C = """import sys
+from nnix import Experiment
+exp = Experiment(sys.argv[1])
+try:
+    exp.start(port=0)
+except KeyboardInterrupt:
+    print("INTERRUPTED", exp.id, flush=True)
+"""
+
+
+def test_ctrl_c_while_start_waits_for_its_daemon_ends_the_daemon(tmp_path: Path) -> None:
+    """The racy moment held open: the daemon is started but has not answered when Ctrl-C comes. start()
+    raises KeyboardInterrupt only once that daemon has ended; no trial ran, so the experiment is discarded."""
+    cfg = _sleeping_trial_config(tmp_path)
+    gate = start_gate(tmp_path / "gate", "nnix.host.daemon")
+    (tmp_path / "launch.py").write_text(START_THEN_CTRL_C)
+    src = Path(nnix.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(gate.dir), str(src)])}
+    proc = subprocess.Popen(foreground_job([sys.executable, "launch.py", str(cfg)]), cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    out, err, daemon_left = ctrl_c_at_the_gate(proc, gate)
+    assert proc.returncode == 0, err
+    assert "INTERRUPTED None" in out, out + err  # the experiment it created is discarded
+    assert not daemon_left  # not left to run the experiment without its launcher
+    assert Registry().all() == []

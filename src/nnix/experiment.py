@@ -7,8 +7,8 @@ from pathlib import Path
 
 from nnix.client import stop_experiment
 from nnix.config import ExperimentConfig, LoadedConfig, load_config
-from nnix.errors import NnixError
 from nnix.host.build import create, discard_unstarted
+from nnix.host.interrupts import sigint_held
 from nnix.host.run import run_manager, spawn_daemon
 
 __all__ = ["Experiment"]
@@ -37,13 +37,11 @@ class Experiment:
             return None
         self._debug(debug)
         created = self.id is None
-        if self.id is None:
-            self.id, _ = create(self.config, None)
         try:
-            outcome = run_manager(self.id, "create", port=port, live=False)
-        except NnixError:
-            if created and discard_unstarted(self.id):
-                self.id = None
+            exp_id = self._create()
+            outcome = run_manager(exp_id, "create", port=port, live=False)
+        except BaseException:  # an error, or Ctrl-C before the manager took over SIGINT
+            self._discard(created)
             raise
         self.exit_code = outcome.exit_code
         return self.exit_code == 0
@@ -52,15 +50,26 @@ class Experiment:
         """Start a background manager (a daemon) and return the experiment id (``debug``: as :meth:`run`)."""
         self._debug(debug)
         created = self.id is None
-        if self.id is None:
-            self.id, _ = create(self.config, None)
         try:
-            self._daemon_pid = spawn_daemon(self.id, "create", port)
-        except NnixError:
-            if created and discard_unstarted(self.id):
-                self.id = None
+            exp_id = self._create()
+            self._daemon_pid = spawn_daemon(exp_id, "create", port)  # Ctrl-C while it starts: it is ended
+        except BaseException:
+            self._discard(created)
             raise
+        return exp_id
+
+    def _create(self) -> str:
+        """Record the experiment unless it has an id already; its id."""
+        if self.id is None:
+            with sigint_held():  # a Ctrl-C leaves a whole experiment to discard, not half a directory
+                self.id, _ = create(self.config, None)
         return self.id
+
+    def _discard(self, created: bool) -> None:
+        """After a failed or interrupted start: an experiment created here that ran no trial is removed."""
+        with sigint_held():
+            if created and self.id is not None and discard_unstarted(self.id):
+                self.id = None
 
     def _debug(self, debug: bool) -> None:
         if debug and self.id is None:  # an experiment already created keeps the level it was created with

@@ -36,6 +36,7 @@ from nnix.config import RemoteConfig as NativeRemoteConfig
 from nnix.core.status import TrialStatus
 from nnix.home import Registry, pid_alive, read_state
 from nnix.testing import wait_until
+from nnix.testing.ctrlc import StartGate, ctrl_c_at_the_gate, foreground_job, start_gate
 from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab, unavailable
 
@@ -333,12 +334,14 @@ else:
 """
 
 
-def launcher(code_dir: Path, *args: str, **kw: Any) -> subprocess.Popen[str]:
-    """NNI's quickstart as a script of its own: ``from nni.experiment import Experiment`` (nnix's ``nni``)."""
+def launcher(code_dir: Path, *args: str, gate: StartGate | None = None, **kw: Any) -> subprocess.Popen[str]:
+    """NNI's quickstart as a script of its own: ``from nni.experiment import Experiment`` (nnix's ``nni``), started
+    as a terminal's foreground job (Ctrl-C is a KeyboardInterrupt even when this suite runs in a background job).
+    ``gate``: the processes it starts see it (first on their ``PYTHONPATH``)."""
     (code_dir / "launch.py").write_text(LAUNCHER)
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*([str(gate.dir)] if gate else []), str(SRC)])}
     env.pop("NNIX_NNI_FALLBACK", None)
-    return subprocess.Popen([sys.executable, "launch.py", *args], cwd=code_dir, env=env, text=True,
+    return subprocess.Popen(foreground_job([sys.executable, "launch.py", *args]), cwd=code_dir, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
 
@@ -371,6 +374,20 @@ def test_ctrl_c_stops_run_cleanly(code_dir: Path) -> None:
     assert state.status.value == "STOPPED" and gone(exp_id)
     assert {t.status.value for t in state.trials.values()} == {"USER_CANCELED"}
     wait_until(lambda: not any(pid_alive(p) for p in trial_pids), 60.0, "the trials to end")
+
+
+def test_ctrl_c_while_the_manager_starts_leaves_no_manager_behind(code_dir: Path, tmp_path: Path) -> None:
+    """The racy moment held open: the manager daemon is started but has not answered yet (a loaded machine)
+    when Ctrl-C comes. The launcher ends that daemon before run() returns; no trial ran, so nothing is kept."""
+    gate = start_gate(tmp_path / "gate", "nnix.host.daemon")
+    proc = launcher(code_dir, "4", "run", gate=gate, start_new_session=True)
+    assert proc.stdout is not None
+    exp_id = proc.stdout.readline().split()[1]
+    out, err, daemon_left = ctrl_c_at_the_gate(proc, gate)
+    assert proc.returncode == 0, err
+    assert "KeyboardInterrupt detected" in out and "RESULT None" in out, out + err
+    assert not daemon_left  # not left to run the experiment without its launcher
+    assert exp_id not in {e.id for e in Registry().all()}  # no trial ran: the experiment is discarded
 
 
 def test_a_killed_launcher_does_not_leave_its_experiment_running(code_dir: Path) -> None:

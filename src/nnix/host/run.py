@@ -23,6 +23,7 @@ from nnix.core.manager_error import prepare_manager_error, read_manager_error, w
 from nnix.errors import ManagerUnreachableError, NnixError, StoreFullError
 from nnix.home import Registry, port_holder, read_state, tighten_permissions, ui_url
 from nnix.host.build import build_manager
+from nnix.host.interrupts import sigint_held
 from nnix.host.progress import Progress, RunOutcome
 from nnix.model.status import ExperimentStatus, TrialStatus
 
@@ -163,17 +164,19 @@ def run_manager(
 
     try:
         asyncio.run(main())
-        outcome = RunOutcome(manager.state, progress.stop_signal)
-        progress.summary(outcome)
+        with sigint_held():  # the loop's SIGINT handler is gone: a Ctrl-C now waits for the summary
+            outcome = RunOutcome(manager.state, progress.stop_signal)
+            progress.summary(outcome)
         return outcome
     except StoreFullError as e:
         if manager.failure is None:  # not halted by the manager itself: keep the reason where readers look
             write_manager_error(exp_dir, e.message, e.hint)
         raise
     finally:
-        manager.store.close()
-        sock.close()
-        logging.getLogger("nnix.manager").info("manager exits")
+        with sigint_held():  # the store is closed whole
+            manager.store.close()
+            sock.close()
+            logging.getLogger("nnix.manager").info("manager exits")
 
 
 def spawn_daemon(
@@ -196,18 +199,49 @@ def spawn_daemon(
         err.write(header)
         out.flush()
         err.flush()
-    if fork:
-        return _await_daemon(_ForkedDaemon(exp_id, action, port, host, out, err), exp_id, log_dir, host, timeout)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nnix.host.daemon", exp_id, action, str(port), host],
-        stdin=subprocess.DEVNULL,
-        stdout=out,
-        stderr=err,
-        start_new_session=True,
-    )
-    out.close()
-    err.close()
-    return _await_daemon(proc, exp_id, log_dir, host, timeout)
+    proc: subprocess.Popen[bytes] | _ForkedDaemon | None = None
+    try:
+        with sigint_held():  # a Ctrl-C from here on finds the daemon's pid known, to end it
+            if fork:
+                proc = _ForkedDaemon(exp_id, action, port, host, out, err)
+            else:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "nnix.host.daemon", exp_id, action, str(port), host],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    start_new_session=True,
+                )
+        return _await_daemon(proc, exp_id, log_dir, host, timeout)
+    except BaseException:  # Ctrl-C, no answer, an early exit: no manager goes on without its launcher
+        if proc is not None:
+            with sigint_held():
+                end_daemon(proc)
+        raise
+    finally:
+        out.close()
+        err.close()
+
+
+DAEMON_STOP_GRACE = 30.0  # seconds a given-up daemon gets to stop its experiment before SIGKILL
+
+
+def end_daemon(proc: subprocess.Popen[bytes] | _ForkedDaemon, grace: float = DAEMON_STOP_GRACE) -> None:
+    """End a daemon whose start was given up, and reap it. SIGTERM: a manager already running stops its
+    experiment as ``nnix stop`` does (trials canceled, STOPPED recorded); one still starting exits at once.
+    SIGKILL if it has not ended within ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        while proc.poll() is None:
+            time.sleep(0.02)
 
 
 def _await_daemon(proc: Any, exp_id: str, log_dir: Path, host: str, timeout: float) -> int:
@@ -246,6 +280,8 @@ class _ForkedDaemon:
             code = 1
             try:
                 os.setsid()
+                with contextlib.suppress(ValueError):  # the parent held Ctrl-C over the fork
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
                 devnull = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(devnull, 0)
                 os.dup2(out.fileno(), 1)
@@ -261,8 +297,6 @@ class _ForkedDaemon:
                 os._exit(code)
         self.pid = pid
         self.returncode: int | None = None
-        out.close()
-        err.close()
 
     def poll(self) -> int | None:
         if self.returncode is None:

@@ -34,6 +34,7 @@ from nnix.config import restore_secrets
 from nnix.core.manager_error import manager_error_text, read_manager_error
 from nnix.errors import FieldIssue, ManagerUnreachableError, NnixError
 from nnix.home import STORE_NAME, Registry, manager_alive, read_state
+from nnix.host.interrupts import sigint_held
 from nnix.model.status import ExperimentStatus
 
 __all__ = [
@@ -208,38 +209,59 @@ class Experiment:
     def start(self, port: int = 8080, debug: bool = False, run_mode: RunMode = RunMode.Background) -> None:
         """Create the experiment and start its manager in the background; returns once it answers.
         ``port=0`` takes any free port (nnix); ``self.port`` says which."""
-        from nnix.host.build import create, discard_unstarted
-
         if self.config is None:
             raise NnixError("this Experiment has no config to start",
                             "Experiment('local') or Experiment(config); to continue a recorded experiment: "
                             "Experiment.resume(ID) or Experiment(None, ID).resume()")
         self._refuse_if_started()
         assert self.id is not None
-        loaded = self.config._load(debug)
-        for warning in loaded.warnings:
-            _logger.warning(warning)
-        _logger.info("Creating experiment, Experiment ID: %s", self.id)
-        create(loaded, self.id)
+        created = False
         try:
+            from nnix.host.build import create
+
+            loaded = self.config._load(debug)
+            for warning in loaded.warnings:
+                _logger.warning(warning)
+            _logger.info("Creating experiment, Experiment ID: %s", self.id)
+            with sigint_held():  # not half a directory without its registry entry
+                create(loaded, self.id)
+                created = True
             self._launch("create", port, run_mode)
-        except BaseException:  # failed, or Ctrl-C while the manager was starting: stop what may run
-            with contextlib.suppress(Exception):
-                self._forget()
-                stop_experiment(self.id)
-            discard_unstarted(self.id)  # a failed start leaves no experiment behind (unless trials ran)
+        except BaseException as e:  # failed, or Ctrl-C while the manager was starting: stop what may run
+            self._undo_launch(e, created)
+            if created:
+                from nnix.host.build import discard_unstarted
+
+                with sigint_held(), contextlib.suppress(Exception):
+                    discard_unstarted(self.id)  # a failed start leaves no experiment behind (unless trials ran)
             raise
 
     def run(self, port: int = 8080, wait_completion: bool = True, debug: bool = False) -> bool | None:
         """``start()``, then wait until the experiment is DONE or STOPPED (True) or in ERROR (False).
-        Ctrl-C stops it (and returns None). The manager keeps serving its web UI after the end, until
+        Ctrl-C stops it (and returns None), whenever it comes: while the manager starts, it is ended and
+        the experiment discarded if no trial ran. The manager keeps serving its web UI after the end, until
         ``stop()`` or the end of this process. ``wait_completion=False``: ``start()`` only (None)."""
         try:
             self.start(port, debug)
-        except KeyboardInterrupt:
-            self._interrupted()
+        except KeyboardInterrupt:  # start() has said so and stopped what it had started
             return None
         return self._until_done() if wait_completion else None
+
+    def _undo_launch(self, error: BaseException, recorded: bool) -> None:
+        """After a start that failed or was interrupted (the error): no manager, watcher or exit hook left.
+        ``recorded``: the experiment exists (a manager may have been started for it)."""
+        with sigint_held():
+            if isinstance(error, KeyboardInterrupt):
+                _logger.warning("KeyboardInterrupt detected")
+            if self._pid is not None:
+                with contextlib.suppress(Exception):
+                    self._stop()
+            else:
+                self._forget()
+                if recorded:  # a manager that answered just before the interrupt is recorded: stop it by its id
+                    with contextlib.suppress(Exception):
+                        stop_experiment(self.id or "")
+            self._pid = self.port = None
 
     def _until_done(self) -> bool | None:
         """:meth:`_wait_completion`; Ctrl-C stops the experiment (None)."""
@@ -255,7 +277,11 @@ class Experiment:
 
     def stop(self) -> None:
         """Stop the experiment's manager: its running trials are canceled; everything is kept
-        (``Experiment.resume(id)`` continues it)."""
+        (``Experiment.resume(id)`` continues it). A Ctrl-C while it stops is raised once it has stopped."""
+        with sigint_held():
+            self._stop()
+
+    def _stop(self) -> None:
         self._forget()
         if self.id is None or (self.port is None and self._pid is None):
             return
@@ -475,7 +501,11 @@ class Experiment:
                             f"{state.manager_pid}, port {state.manager_port})",
                             f"stop it first: nnix stop {self.id}")
         _logger.info("%s experiment %s", "Resuming" if action == "resume" else "Viewing", self.id)
-        self._launch(action, port, RunMode.Background)
+        try:
+            self._launch(action, port, RunMode.Background)
+        except BaseException as e:
+            self._undo_launch(e, True)
+            raise
 
     def _launch(self, action: str, port: int, run_mode: RunMode) -> None:
         from nnix.api.auth import connect_host, read_token
@@ -490,8 +520,9 @@ class Experiment:
         self._host = connect_host(state.manager_host)
         self._token = read_token(exp_dir)
         if run_mode is not RunMode.Detach:
-            atexit.register(self._stop_at_exit)
-            self._watcher = _start_watcher(self.id, pid)
+            with sigint_held():  # no watcher started but unknown to this object
+                atexit.register(self._stop_at_exit)
+                self._watcher = _start_watcher(self.id, pid)
         _logger.info("Web portal URL: %s", self.url)
         if run_mode is RunMode.Foreground:
             self._echo = _echo_log(exp_dir / "log" / "manager.log", pid)
