@@ -19,6 +19,7 @@ import secrets
 import shlex
 import string
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
-from nnix.core.state import ExperimentState, TrialState, fold_store, snapshot_of
+from nnix.core.state import ExperimentState, TrialState, fold_store, record_of, snapshot_of, tuner_records
 from nnix.errors import (
     NnixError,
     NoMoreTrialsError,
@@ -129,14 +130,18 @@ class ExperimentManager:
         self._snapshot_seq, self._snapshot_at = self.state.snapshot_seq, clock()  # (0: the store has none)
         # The tuner's history, kept per trial and rebuilt only for trials an event touched since the last
         # ask (every change of state goes through record()): an ask costs O(changed), not O(history).
-        # The list handed to the tuner is kept too (a record replaced in place, a new trial appended), as one
-        # History lineage while the parameter sets already in it stay where they are.
-        self._trial_records: dict[str, TrialRecord | None] = {}
-        self._stale_records: dict[str, None] = dict.fromkeys(self.state.trials)
+        # Read from the state at the first ask (None until then), without building the trials a snapshot holds
+        # (see tuner_records). The list handed to the tuner is kept too (a record replaced in place, a new trial
+        # appended), as one History lineage while the parameter sets already in it stay where they are; the
+        # tuner gets a view of it (no copy), and the list is copied before a record is replaced while a view
+        # handed out still lives (a tuner that keeps one, or runs in a thread meanwhile, sees it unchanged).
+        self._trial_records: dict[str, TrialRecord | None] | None = None
+        self._stale_records: dict[str, None] = {}
         self._imported_records: list[TrialRecord] | None = None
         self._history_list: list[TrialRecord] = []
         self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
         self._lineage = object()
+        self._views: list[weakref.ref[History]] = []  # the views of _history_list handed out
         self.service = service_factory(ServiceEvents(self))
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -169,7 +174,8 @@ class ExperimentManager:
             self.state.apply(stored)
             trial_id = getattr(stored.event, "trial_id", None)
             if trial_id is not None:
-                self._stale_records[trial_id] = None
+                if self._trial_records is not None:
+                    self._stale_records[trial_id] = None
             elif isinstance(stored.event, DataImported):
                 self._imported_records = None
         for listener in self._listeners:
@@ -489,19 +495,16 @@ class ExperimentManager:
                 TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, _scalar(rec.get("value")))
                 for i, rec in enumerate(self.state.imported)
             ]
+        if self._trial_records is None:  # the first ask: every trial
+            self._trial_records = dict(tuner_records(self.state))
+            self._stale_records.clear()
+            rebuild = True
         if self._stale_records:
             trials, records = self.state.trials, self._trial_records
             history, at = self._history_list, self._history_at
             for trial_id in self._stale_records:  # in event order: a new trial is the state's newest
                 t = trials.get(trial_id)
-                new = None if t is None or t.parameter_id is None else TrialRecord(
-                    parameter_id=t.parameter_id,
-                    params=t.params,
-                    status=t.status,
-                    value=t.final_value,
-                    intermediate=tuple(t.inter_values),
-                    trial_id=t.trial_id,
-                )
+                new = None if t is None else record_of(t)
                 known, old = trial_id in records, records.get(trial_id)
                 records[trial_id] = new
                 if rebuild:
@@ -517,6 +520,9 @@ class ExperimentManager:
                         history.append(new)
                 elif old is not None and old.parameter_id == new.parameter_id and (
                         old.params is new.params or old.params == new.params):
+                    if self._views and any(view() is not None for view in self._views):
+                        history = self._history_list = list(history)  # (a view handed out stays as it was)
+                    self._views = []
                     history[i] = new
                 else:
                     rebuild = True
@@ -530,12 +536,19 @@ class ExperimentManager:
                     self._history_at[trial_id] = len(self._history_list)
                     self._history_list.append(record)
             self._lineage = object()
+            self._views = []
         return self._history_list
+
+    def _history_view(self) -> History:
+        """The history as handed to the tuner: a view of the manager's list (O(1), see __init__)."""
+        view = History.view(self._history(), self._lineage)
+        self._views = [ref for ref in self._views if ref() is not None]
+        self._views.append(weakref.ref(view))
+        return view
 
     async def _ask(self, n: int) -> list[dict[str, Any]]:
         ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
-        history = History(self._history(), self._lineage)
-        ctx = TunerContext(self._search_space(), self.direction, self.state.seed, history)
+        ctx = TunerContext(self._search_space(), self.direction, self.state.seed, self._history_view())
         if getattr(self.tuner, "heavy", False):
             proposed = (await asyncio.to_thread(self.tuner.suggest, ctx, ids))[:n]
         else:
@@ -896,8 +909,4 @@ def _scalar(value: Any) -> float | None:
 
 def history_records(state: ExperimentState) -> Sequence[TrialRecord]:
     """The tuner's view of an experiment's history (used by tests and tools)."""
-    return [
-        TrialRecord(t.parameter_id, t.params, t.status, t.final_value)
-        for t in state.trials.values()
-        if t.parameter_id is not None
-    ]
+    return [r for _, r in tuner_records(state) if r is not None]
