@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -25,6 +25,7 @@ from nnix.testing.experiments import make_experiment, manager_for, run_experimen
 from nnix.testing.fakeservice import Script, params, sequence_id
 from nnix.testing.gpu import DescribedInventory
 from nnix.testing.spaces import UNIT as SPACE
+from nnix.tuners.base import TunerArgs
 
 PY = sys.executable
 
@@ -536,6 +537,8 @@ def test_the_tuner_history_kept_per_trial_equals_a_full_rebuild(tmp_path: Path) 
 
 class _Recording:
     """A tuner that proposes x = 0.05 * (id % 20) and keeps every history it was handed (not copied)."""
+
+    Args: ClassVar[type[TunerArgs]] = TunerArgs
 
     def __init__(self) -> None:
         self.asks: list[Any] = []

@@ -59,7 +59,7 @@ class Series(Sequence[float]):
         n = self._hi - self._lo
         if isinstance(index, slice):
             a, b, step = index.indices(n)
-            return tuple(self._array()[self._lo + a:self._lo + b:step]) if step == 1 else tuple(self)[index]
+            return tuple(self._array()[self._lo + a:self._lo + b]) if step == 1 else tuple(self)[index]
         i = index + n if index < 0 else index
         if not 0 <= i < n:
             raise IndexError("Series index out of range")

@@ -76,7 +76,9 @@ class History(Sequence[TrialRecord]):
     def __getitem__(self, index: int | slice) -> TrialRecord | tuple[TrialRecord, ...]:
         n = self._n
         if isinstance(index, slice):
-            return tuple(self._items[slice(*index.indices(n))])
+            a, b, step = index.indices(n)
+            items = self._items
+            return tuple(items[a:b]) if step == 1 else tuple(map(items.__getitem__, range(a, b, step)))
         i = index + n if index < 0 else index
         if not 0 <= i < n:
             raise IndexError("History index out of range")
