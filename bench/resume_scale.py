@@ -5,8 +5,8 @@ Run: python bench/resume_scale.py [--exp /tmp/snap2/s100k-new/exps/o1gvlc2e] [--
 
 The experiment directory is copied once per tree (``cp -a`` under ``--work``: resume writes into it) and never
 touched where it is. Each round, for each tree (its ``src`` first on PYTHONPATH, start-up included): its
-``maxTrialNumber`` is raised by ``--new`` (a LimitsUpdated appended to its store, as `nnix update trialnum`
-does), then ``nnix resume ID -e DIR --port 0`` is timed until it returns, then until the REST server answers
+``maxTrialNumber`` is raised (a LimitsUpdated appended to its store, as `nnix update trialnum` does: far
+enough that the manager is still running when ``--new`` trials have ended), then ``nnix resume ID -e DIR --port 0`` is timed until it returns, then until the REST server answers
 ``/api/v1/nni/check-status``, then until the ``--new`` new trials have ended (the first ask of the tuner builds
 its history of every trial); the manager's RSS and peak RSS are read then, and ``nnix stop`` ends it.
 The trials run the experiment's own command (its code directory may be empty: they then fail at once, which
@@ -65,7 +65,7 @@ def one(src: Path, work: Path, exp: Path, new: int) -> dict[str, float]:
     out = _py(env, f"from nnix.store.sqlite import SqliteStore\nfrom nnix.home import read_state\n"
                    f"from pathlib import Path\nfrom nnix.core.events import LimitsUpdated\n"
                    f"s = SqliteStore(Path({str(db)!r}), create=False)\n"
-                   f"n = s.count('TrialCreated')\ns.append([LimitsUpdated('max_trial_number', n + {new})])\n"
+                   f"n = s.count('TrialCreated')\ns.append([LimitsUpdated('max_trial_number', n + {new} * 100)])\n"
                    f"print(n, max(x.seq for x in s.read(kinds=('LimitsUpdated',))))\ns.close()\n")
     n_before, seq0 = map(int, out.split())
     t0 = time.perf_counter()

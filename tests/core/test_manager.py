@@ -628,3 +628,41 @@ def test_a_history_the_tuner_keeps_never_changes(tmp_path: Path) -> None:
         assert m._history_view()[1].status is TrialStatus.RUNNING
     finally:
         m.store.close()
+
+
+def test_the_first_read_of_every_record_lets_the_loop_run_and_misses_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """A resumed manager reads its trials' records for the tuner a chunk per loop turn; what is recorded meanwhile
+    (a new trial, a trial changed) is in the history it then hands out, in order, as a full rebuild has it."""
+    from nnix.core import manager as manager_mod
+    from nnix.core.events import TrialEnded
+
+    _, fake = _fake(_outcome)
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=7)
+    first = manager_for(d, **fake)
+    first.tuner = _Recording()
+    try:
+        asyncio.run(asyncio.wait_for(first.run(), 60))
+    finally:
+        first.store.close()
+    monkeypatch.setattr(manager_mod, "HISTORY_CHUNK", 2)
+    m = manager_for(d)
+    try:
+        async def go() -> int:
+            task = asyncio.ensure_future(m._read_records())
+            turns = 0
+            while not task.done():
+                if turns == 1:  # mid-read: a new trial, and one read already changed
+                    m.record(TrialCreated("late1", 7, 7, {"x": 0.5}), TrialStarted("late1", "env", str(tmp_path)),
+                             TrialEnded("late1", TrialStatus.SUCCEEDED, 0))
+                    m.record(MetricReported(list(m.state.trials)[0], MetricType.FINAL, 1, 9.5, 99))
+                turns += 1
+                await asyncio.sleep(0)
+            await task
+            return turns
+
+        assert asyncio.run(go()) >= 4  # (7 trials, 2 a turn)
+        history = m._history()
+        assert history == _full_history(m.state) and len(history) == 8
+        assert history[0].value == 9.5 and history[-1].trial_id == "late1"
+    finally:
+        m.store.close()

@@ -21,6 +21,7 @@ import string
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,15 @@ from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
-from nnix.core.state import ExperimentState, TrialState, fold_store, record_of, snapshot_of, tuner_records
+from nnix.core.state import (
+    HISTORY_CHUNK,
+    ExperimentState,
+    TrialState,
+    fold_store,
+    record_of,
+    snapshot_of,
+    tuner_records,
+)
 from nnix.errors import (
     NnixError,
     NoMoreTrialsError,
@@ -67,6 +76,7 @@ TRIAL_ID_REST = string.ascii_letters + string.digits
 FINISHED = (ExperimentStatus.DONE, ExperimentStatus.STOPPED, ExperimentStatus.ERROR)
 
 
+THREAD_FIRST_ASK = 20_000  # records: a tuner's first ask at a history this long runs in a thread (see _ask)
 SNAPSHOT_EVERY_EVENTS = 50_000  # a running manager refreshes the store's snapshot after this many events,
 SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit,
 SNAPSHOT_TRIALS_PER_EVENT = 10  # where at least one event per this many trials followed the last one: a view of
@@ -142,6 +152,8 @@ class ExperimentManager:
         self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
         self._lineage = object()
         self._views: list[weakref.ref[History]] = []  # the views of _history_list handed out
+        self._reading_records = False  # the first read of every trial's record is under way (see _read_records)
+        self._asked = False  # the tuner was asked once (its first ask catches up with the whole history)
         self.service = service_factory(ServiceEvents(self))
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -174,7 +186,7 @@ class ExperimentManager:
             self.state.apply(stored)
             trial_id = getattr(stored.event, "trial_id", None)
             if trial_id is not None:
-                if self._trial_records is not None:
+                if self._trial_records is not None or self._reading_records:
                     self._stale_records[trial_id] = None
             elif isinstance(stored.event, DataImported):
                 self._imported_records = None
@@ -495,7 +507,7 @@ class ExperimentManager:
                 TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, _scalar(rec.get("value")))
                 for i, rec in enumerate(self.state.imported)
             ]
-        if self._trial_records is None:  # the first ask: every trial
+        if self._trial_records is None:  # every trial, at once (see _read_records)
             self._trial_records = dict(tuner_records(self.state))
             self._stale_records.clear()
             rebuild = True
@@ -546,10 +558,34 @@ class ExperimentManager:
         self._views.append(weakref.ref(view))
         return view
 
+    async def _read_records(self) -> None:
+        """The first read of every trial's record (see tuner_records), a chunk per loop turn: a resumed manager of
+        100k trials answers REST meanwhile. The trials an event touches meanwhile are noted (and read again by
+        :meth:`_history`); where :meth:`_history` read them all itself meanwhile, this read is dropped."""
+        if self._trial_records is not None:
+            return
+        self._reading_records = True
+        try:
+            got: dict[str, TrialRecord | None] = {}
+            them = tuner_records(self.state)
+            while chunk := list(islice(them, HISTORY_CHUNK)):
+                got.update(chunk)
+                await asyncio.sleep(0)
+                if self._trial_records is not None:
+                    return
+            self._trial_records = got
+            self._imported_records = None  # (the list is made anew)
+        finally:
+            self._reading_records = False
+
     async def _ask(self, n: int) -> list[dict[str, Any]]:
+        await self._read_records()
         ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
         ctx = TunerContext(self._search_space(), self.direction, self.state.seed, self._history_view())
-        if getattr(self.tuner, "heavy", False):
+        first, self._asked = not self._asked, True
+        # a tuner's first ask catches up with the whole history (a resumed Random counts 100k keys): in a thread
+        # where that is long, so that the loop goes on serving (the history handed is a view that never changes)
+        if getattr(self.tuner, "heavy", False) or (first and len(ctx.history) >= THREAD_FIRST_ASK):
             proposed = (await asyncio.to_thread(self.tuner.suggest, ctx, ids))[:n]
         else:
             proposed = self.tuner.suggest(ctx, ids)[:n]
