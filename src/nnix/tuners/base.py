@@ -59,7 +59,8 @@ class History(Sequence[TrialRecord]):
     @classmethod
     def view(cls, records: list[TrialRecord], lineage: object) -> History:
         """The records ``records`` holds now, not copied: its owner may append to it, but must not change
-        what is there while the view lives (copy the list first: see ``weakref``)."""
+        what is there while the view lives (the manager copies its list first where a view it handed out is
+        still referenced: it keeps a weak reference to each)."""
         self = cls.__new__(cls)
         self._items, self._n, self.lineage = records, len(records), lineage
         return self
