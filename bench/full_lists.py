@@ -41,7 +41,7 @@ def one(src: Path, work: Path, exp: Path, repeat: int) -> dict[str, float]:
         subprocess.run(["cp", "-a", str(exp), str(exps / exp_id)], check=True)
     r = subprocess.run([sys.executable, "-m", "nnix.cli.main", "view", exp_id, "-e", str(exps), "--port", "0"],
                        env=env, capture_output=True, text=True, timeout=600)
-    if r.returncode:
+    if r.returncode and "did not answer" not in r.stderr:  # (the CLI gives up after 20 s: the manager goes on)
         sys.exit(f"nnix view failed: {r.stderr[-2000:]}")
     code = (f"import json\nfrom pathlib import Path\nfrom nnix.home import read_state\n"
             f"st = read_state(Path({str(exps / exp_id)!r}), summary=True)\n"
@@ -50,6 +50,16 @@ def one(src: Path, work: Path, exp: Path, repeat: int) -> dict[str, float]:
                                           check=True).stdout)
     out: dict[str, float] = {}
     try:
+        deadline = time.monotonic() + 600
+        while True:  # (answering: the lists are timed from then)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=600) as resp:
+                    resp.read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         for name, url in LISTS:
             times = []
             for _ in range(repeat + 1):

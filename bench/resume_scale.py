@@ -6,14 +6,16 @@ Run: python bench/resume_scale.py [--exp /tmp/snap2/s100k-new/exps/o1gvlc2e] [--
 The experiment directory is copied once per tree (``cp -a`` under ``--work``: resume writes into it) and never
 touched where it is. Each round, for each tree (its ``src`` first on PYTHONPATH, start-up included): its
 ``maxTrialNumber`` is raised (a LimitsUpdated appended to its store, as `nnix update trialnum` does: far
-enough that the manager is still running when ``--new`` trials have ended), then ``nnix resume ID -e DIR --port 0`` is timed until it returns, then until the REST server answers
+enough that the manager is still running when ``--new`` trials have ended), then
+``nnix resume ID -e DIR --port 0`` is timed until it returns, then until the REST server answers
 ``/api/v1/nni/check-status``, then until the ``--new`` new trials have ended (the first ask of the tuner builds
 its history of every trial); the manager's RSS and peak RSS are read then, and ``nnix stop`` ends it.
 The trials run the experiment's own command (its code directory may be empty: they then fail at once, which
 costs the manager what any short trial costs).
 
 Goals (issue 15, item 1): resume answering <= 1 s; manager RSS <= 500 MB after resume + the first 10 trials.
-Figures are printed with their ratio to the goal (<= 1 meets it). Not a test: nothing here asserts.
+Figures are printed with their ratio to the goal (<= 1 meets it); ``inf``: the CLI gave up waiting (20 s) while the
+manager went on starting (the REST figure says when it answered). Not a test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -72,14 +74,21 @@ def one(src: Path, work: Path, exp: Path, new: int) -> dict[str, float]:
     r = subprocess.run([sys.executable, "-m", "nnix.cli.main", "resume", exp_id, "-e", str(exps), "--port", "0"],
                        env=env, capture_output=True, text=True, timeout=600)
     cli_s = time.perf_counter() - t0
-    if r.returncode:
+    if r.returncode and "did not answer" not in r.stderr:  # (the CLI gives up after 20 s: the manager goes on)
         sys.exit(f"nnix resume failed: {r.stdout[-1000:]} {r.stderr[-2000:]}")
     info = json.loads(_py(env, f"import json\nfrom pathlib import Path\nfrom nnix.home import read_state\n"
                                f"st = read_state(Path({str(mine)!r}), summary=True)\n"
                                f"print(json.dumps([st.manager_pid, st.manager_port]))"))
     pid, port = int(info[0]), int(info[1])
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=600) as resp:
-        resp.read()
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nni/check-status", timeout=600) as resp:
+                resp.read()
+            break
+        except OSError:
+            if time.perf_counter() - t0 > 600:
+                raise
+            time.sleep(0.05)
     rest_s = time.perf_counter() - t0
     con = sqlite3.connect(db, timeout=60)
     deadline = time.monotonic() + 600
@@ -96,8 +105,8 @@ def one(src: Path, work: Path, exp: Path, new: int) -> dict[str, float]:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
         time.sleep(0.05)
-    return {"trials": n_before, "cli_s": cli_s, "rest_s": rest_s, "new_ended": ended, "trials_s": trials_s,
-            "rss_mb": rss, "peak_mb": peak}
+    return {"trials": n_before, "cli_s": cli_s if not r.returncode else float("inf"), "rest_s": rest_s,
+            "new_ended": ended, "trials_s": trials_s, "rss_mb": rss, "peak_mb": peak}
 
 
 def main(argv: list[str] | None = None) -> int:
