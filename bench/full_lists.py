@@ -39,15 +39,25 @@ def one(src: Path, work: Path, exp: Path, repeat: int) -> dict[str, float]:
     if not (exps / exp_id).exists():
         exps.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cp", "-a", str(exp), str(exps / exp_id)], check=True)
+    code = (f"import json\nfrom pathlib import Path\nfrom nnix.home import read_state\n"
+            f"st = read_state(Path({str(exps / exp_id)!r}), summary=True)\n"
+            f"print(json.dumps([st.manager_pid, st.manager_port]))")
+
+    def manager() -> list[int | None]:
+        got: list[int | None] = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                                          text=True, check=True).stdout)
+        return got
+
+    before = manager()[0]
     r = subprocess.run([sys.executable, "-m", "nnix.cli.main", "view", exp_id, "-e", str(exps), "--port", "0"],
                        env=env, capture_output=True, text=True, timeout=600)
     if r.returncode and "did not answer" not in r.stderr:  # (the CLI gives up after 20 s: the manager goes on)
         sys.exit(f"nnix view failed: {r.stderr[-2000:]}")
-    code = (f"import json\nfrom pathlib import Path\nfrom nnix.home import read_state\n"
-            f"st = read_state(Path({str(exps / exp_id)!r}), summary=True)\n"
-            f"print(json.dumps([st.manager_pid, st.manager_port]))")
-    pid, port = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                          check=True).stdout)
+    for _ in range(600):  # (a manager the CLI gave up on records its port once it has folded the log)
+        pid, port = manager()
+        if port and pid and pid != before:
+            break
+        time.sleep(1)
     out: dict[str, float] = {}
     try:
         deadline = time.monotonic() + 600
@@ -70,7 +80,7 @@ def one(src: Path, work: Path, exp: Path, repeat: int) -> dict[str, float]:
                 times.append(time.perf_counter() - t0)
             out[f"{name} first"] = times[0]
             out[f"{name} again"] = statistics.median(times[1:])
-        out["rss"], out["peak"] = rss_mb(pid)
+        out["rss"], out["peak"] = rss_mb(int(pid or 0))
     finally:
         subprocess.run([sys.executable, "-m", "nnix.cli.main", "stop", exp_id], env=env, capture_output=True,
                        timeout=600)

@@ -70,15 +70,20 @@ def one(src: Path, work: Path, exp: Path, new: int) -> dict[str, float]:
                    f"n = s.count('TrialCreated')\ns.append([LimitsUpdated('max_trial_number', n + {new} * 100)])\n"
                    f"print(n, max(x.seq for x in s.read(kinds=('LimitsUpdated',))))\ns.close()\n")
     n_before, seq0 = map(int, out.split())
+    code = (f"import json\nfrom pathlib import Path\nfrom nnix.home import read_state\n"
+            f"st = read_state(Path({str(mine)!r}), summary=True)\nprint(json.dumps([st.manager_pid, st.manager_port]))")
+    before = json.loads(_py(env, code))[0]
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "nnix.cli.main", "resume", exp_id, "-e", str(exps), "--port", "0"],
                        env=env, capture_output=True, text=True, timeout=600)
     cli_s = time.perf_counter() - t0
     if r.returncode and "did not answer" not in r.stderr:  # (the CLI gives up after 20 s: the manager goes on)
         sys.exit(f"nnix resume failed: {r.stdout[-1000:]} {r.stderr[-2000:]}")
-    info = json.loads(_py(env, f"import json\nfrom pathlib import Path\nfrom nnix.home import read_state\n"
-                               f"st = read_state(Path({str(mine)!r}), summary=True)\n"
-                               f"print(json.dumps([st.manager_pid, st.manager_port]))"))
+    for _ in range(600):  # (a manager the CLI gave up on records its port once it has folded the log)
+        info = json.loads(_py(env, code))
+        if info[1] and info[0] and info[0] != before:
+            break
+        time.sleep(1)
     pid, port = int(info[0]), int(info[1])
     while True:
         try:
