@@ -6,7 +6,8 @@ Run: python bench/full_lists.py [--exp /tmp/nnix-scale-view-10000x100-v1/exps/mr
 The experiment directory is copied once per tree (``cp -a`` under ``--work``: `nnix view` writes into it). For
 each tree, alternating across rounds: `nnix view` serves it (``--port 0``), then each full list (NNI's
 ``export-data`` and ``trial-jobs``, the native ``trials?limit=all``) is fetched ``--repeat`` times in a row
-(the first fetch of each, then the median of the repeats), and the manager's RSS and peak RSS are read at
+(the first fetch of each, then the median of the repeats), ``--settle`` seconds after the server first answered
+(the trial summaries are warmed meanwhile), and the manager's RSS and peak RSS are read at
 the end. Goal (issue 15, item 4 of the resume brief): no slower than the session start (25d0e67) where it does
 not cost the RSS goal (<= 500 MB after every full list at 100k). Not a test: nothing here asserts.
 """
@@ -32,7 +33,7 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(f["VmRSS"].split()[0]) / 1024, int(f["VmHWM"].split()[0]) / 1024
 
 
-def one(src: Path, work: Path, exp: Path, repeat: int) -> dict[str, float]:
+def one(src: Path, work: Path, exp: Path, repeat: int, settle: float) -> dict[str, float]:
     exp_id = exp.name
     exps = work / "exps"
     env = {**os.environ, "PYTHONPATH": str(src), "NNIX_HOME": str(work / "home")}
@@ -70,6 +71,7 @@ def one(src: Path, work: Path, exp: Path, repeat: int) -> dict[str, float]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+        time.sleep(settle)  # (the summaries warm up after the server answers: lists are timed after that)
         for name, url in LISTS:
             times = []
             for _ in range(repeat + 1):
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--old", action="append", default=[], help="NAME=SRC of an older tree (repeatable)")
     ap.add_argument("--work", default="/tmp/full-lists-bench")
+    ap.add_argument("--settle", type=float, default=10.0, help="seconds between the first answer and the lists")
     a = ap.parse_args(argv)
     trees = {"new": Path(__file__).resolve().parent.parent / "src"}
     for spec in a.old or ["base=/work/wt/base/src"]:
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(a.rounds):
         order = list(trees) if k % 2 == 0 else list(trees)[::-1]
         for t in order:
-            got[t].append(one(trees[t], Path(a.work) / tag / t, exp, a.repeat))
+            got[t].append(one(trees[t], Path(a.work) / tag / t, exp, a.repeat, a.settle))
             print(f"  round {k + 1} {t}: " + ", ".join(f"{key} {v:.2f}" for key, v in got[t][-1].items()), flush=True)
     keys = list(got["new"][0])
     print(f"\n{'median of rounds (s; MB)':<32}" + "".join(f"{t:>10}" for t in trees)
