@@ -654,7 +654,7 @@ def test_the_first_read_of_every_record_lets_the_loop_run_and_misses_nothing(tmp
                 if turns == 1:  # mid-read: a new trial, and one read already changed
                     m.record(TrialCreated("late1", 7, 7, {"x": 0.5}), TrialStarted("late1", "env", str(tmp_path)),
                              TrialEnded("late1", TrialStatus.SUCCEEDED, 0))
-                    m.record(MetricReported(list(m.state.trials)[0], MetricType.FINAL, 1, 9.5, 99))
+                    m.record(MetricReported(next(iter(m.state.trials)), MetricType.FINAL, 1, 9.5, 99))
                 turns += 1
                 await asyncio.sleep(0)
             await task
