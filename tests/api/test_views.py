@@ -136,3 +136,45 @@ def test_full_lists_of_a_warmed_snapshot_read_no_trial_again(finished: Path, h: 
             t.trial_id for t in full.trials.values() if not t.status.is_terminal]  # the others were never built
 
     h.run(go())
+
+
+def test_a_repeated_full_list_is_sent_as_kept_until_the_state_moves(finished: Path, h: Any, monkeypatch: Any) -> None:
+    """NNI's trial-jobs and export-data, asked again in the same state, are sent as the bytes streamed the first time
+    (no trial looked at again: many clients polling share one build); an event makes the next list anew; a list over
+    the memory bound (FULL_KEEP) is not kept."""
+    from nnix.api import views as views_mod
+
+    manager, app = h.viewer(finished)
+    lists = ("/api/v1/nni/trial-jobs", "/api/v1/nni/export-data", "/api/v1/nni/trial-jobs?status=SUCCEEDED")
+    each = views_mod.TrialViews.each
+    walks: list[int] = []
+
+    def counted(self: Any, *args: Any) -> Any:
+        walks.append(1)
+        return each(self, *args)
+
+    monkeypatch.setattr(views_mod.TrialViews, "each", counted)
+
+    async def go() -> None:
+        async with h.client(app) as c:
+            first = {url: (await c.get(url)).content for url in lists}
+            assert all(first.values()) and first[lists[0]] != first[lists[2]] and len(walks) == 3
+            for url in lists:
+                again = await c.get(url)
+                assert again.status_code == 200 and again.content == first[url], url
+            assert len(walks) == 3  # (sent as kept)
+            seq = manager.state.last_seq
+            manager.state.apply(Stored(seq + 1, 9.0, MetricReported("ddddd", F, 0, 0.99, 0, 3)))
+            manager.state.apply(Stored(seq + 2, 9.5, TrialEnded("ddddd", TrialStatus.SUCCEEDED, 0)))
+            jobs = (await c.get(lists[0])).json()
+            assert next(x for x in jobs if x["trialJobId"] == "ddddd")["status"] == "SUCCEEDED"
+            export = (await c.get(lists[1])).json()
+            assert {"parameter": {"x": 0.4, "opt": "b"}, "value": "0.99", "trialJobId": "ddddd"} in export
+            assert len(walks) == 5
+            monkeypatch.setattr(views_mod, "FULL_KEEP", 64)  # (smaller than either list)
+            seq = manager.state.last_seq
+            manager.state.apply(Stored(seq + 1, 9.9, MetricReported("ddddd", P, 0, 0.5, 1, 3)))
+            big = [(await c.get(lists[0])).content for _ in range(2)]
+            assert big[0] == big[1] and len(big[0]) > 64 and len(walks) == 7  # (made twice: not kept)
+
+    h.run(go())

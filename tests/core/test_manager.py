@@ -10,7 +10,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -25,6 +25,7 @@ from nnix.testing.experiments import make_experiment, manager_for, run_experimen
 from nnix.testing.fakeservice import Script, params, sequence_id
 from nnix.testing.gpu import DescribedInventory
 from nnix.testing.spaces import UNIT as SPACE
+from nnix.tuners.base import TunerArgs
 
 PY = sys.executable
 
@@ -532,3 +533,136 @@ def test_the_tuner_history_kept_per_trial_equals_a_full_rebuild(tmp_path: Path) 
         assert len(again._history()) == 4
     finally:
         again.store.close()
+
+
+class _Recording:
+    """A tuner that proposes x = 0.05 * (id % 20) and keeps every history it was handed (not copied)."""
+
+    Args: ClassVar[type[TunerArgs]] = TunerArgs
+
+    def __init__(self) -> None:
+        self.asks: list[Any] = []
+
+    def suggest(self, ctx: Any, ids: Any) -> list[dict[str, Any]]:
+        self.asks.append(ctx.history)
+        return [{"x": round(0.05 * (i % 20), 2)} for i in ids]
+
+
+def _outcome(spec: Any) -> Outcome:
+    x = params(spec)["x"]
+    if sequence_id(spec) % 4 == 3:  # some fail, without a final result
+        return Outcome(intermediate=(x,), exit_code=1)
+    return Outcome(intermediate=(x, x / 2, 0.25), final=x + 1)
+
+
+def test_a_resumed_manager_hands_the_tuner_every_trial_without_building_them(tmp_path: Path) -> None:
+    """A manager resumed from a store with a snapshot of N ended trials: its tuner's first history is exactly
+    the N records, in creation order, with their parameters, statuses, final values and intermediate values;
+    and none of those trials is built into the manager's state for it (only the trials it creates are)."""
+    from nnix.core.events import LimitsUpdated
+    from nnix.core.state import TrialTable
+    from nnix.home import read_state
+    from nnix.model.trials import TrialRecord
+
+    n = 9
+    _, fake = _fake(_outcome)
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=n)
+    first = manager_for(d, **fake)
+    first.tuner = _Recording()
+    try:
+        assert asyncio.run(asyncio.wait_for(first.run(), 60)) is ExperimentStatus.DONE
+    finally:
+        first.store.close()
+    done = read_state(d)
+    expected = [TrialRecord(t.parameter_id, t.params, t.status, t.final_value, tuple(t.inter_values), t.trial_id)
+                for t in done.trials.values() if t.parameter_id is not None]
+    assert [r.parameter_id for r in expected] == list(range(n))
+    assert {r.status for r in expected} == {TrialStatus.SUCCEEDED, TrialStatus.FAILED}
+    assert expected[0].intermediate == (0.0, 0.0, 0.25) and expected[1].value == 1.05 and expected[3].value is None
+    store = SqliteStore(d / STORE_NAME)
+    store.append([LimitsUpdated("max_trial_number", n + 2)])
+    store.close()
+
+    m = manager_for(d, **fake)
+    tuner = _Recording()
+    m.tuner = tuner
+    try:
+        assert isinstance(m.state.trials, TrialTable) and m.state.trials.built() == []  # (read from the snapshot)
+        assert asyncio.run(asyncio.wait_for(m.run("resume"), 60)) is ExperimentStatus.DONE
+        seen = list(tuner.asks[0])
+        assert seen == expected
+        assert [(r.trial_id, r.parameter_id, r.params, r.status, r.value, tuple(r.intermediate)) for r in seen] == [
+            (r.trial_id, r.parameter_id, r.params, r.status, r.value, r.intermediate) for r in expected]
+        assert [r.parameter_id for r in tuner.asks[-1]][:n + 1] == list(range(n + 1))  # (the new ones after them)
+        built = {t.trial_id for t in m.state.trials.built()}  # (before anything here reads a trial)
+        new = set(list(m.state.trials)[n:])
+        assert len(new) == 2 and built == new  # the N ended trials were never built
+    finally:
+        m.store.close()
+
+
+def test_a_history_the_tuner_keeps_never_changes(tmp_path: Path) -> None:
+    """The tuner is handed a view of the manager's history, not a copy; one it keeps (or reads from a thread)
+    still holds what it held when handed, after the manager replaced a record (a trial ended) or appended
+    one; the next ask sees the change, in the same lineage."""
+    from nnix.core.events import TrialEnded
+    from nnix.tuners.base import History
+
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=3)
+    m = manager_for(d)
+    try:
+        m.record(TrialCreated("t0", 0, 0, {"x": 0.1}), TrialCreated("t1", 1, 1, {"x": 0.2}))
+        kept = m._history_view()
+        assert isinstance(kept, History) and [r.status for r in kept] == [TrialStatus.WAITING] * 2
+        assert kept[0] is m._history()[0]  # (the manager's own records: nothing copied)
+        m.record(TrialStarted("t0", "env", str(tmp_path)), MetricReported("t0", MetricType.FINAL, 0, 0.7, 0),
+                 TrialEnded("t0", TrialStatus.SUCCEEDED, 0), TrialCreated("t2", 2, 2, {"x": 0.3}))
+        after = m._history_view()
+        assert [r.status for r in kept] == [TrialStatus.WAITING] * 2 and len(kept) == 2 and kept[0].value is None
+        assert [r.status for r in after] == [TrialStatus.SUCCEEDED, TrialStatus.WAITING, TrialStatus.WAITING]
+        assert after[0].value == 0.7 and after.lineage is kept.lineage
+        assert tuple(after[:2]) == (after[0], after[1]) and after[-1].params == {"x": 0.3}
+        del kept
+        m.record(TrialStarted("t1", "env", str(tmp_path)))
+        assert [r.status for r in after] == [TrialStatus.SUCCEEDED, TrialStatus.WAITING, TrialStatus.WAITING]
+        assert m._history_view()[1].status is TrialStatus.RUNNING
+    finally:
+        m.store.close()
+
+
+def test_the_first_read_of_every_record_lets_the_loop_run_and_misses_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """A resumed manager reads its trials' records for the tuner a chunk per loop turn; what is recorded meanwhile
+    (a new trial, a trial changed) is in the history it then hands out, in order, as a full rebuild has it."""
+    from nnix.core import manager as manager_mod
+    from nnix.core.events import TrialEnded
+
+    _, fake = _fake(_outcome)
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=7)
+    first = manager_for(d, **fake)
+    first.tuner = _Recording()
+    try:
+        asyncio.run(asyncio.wait_for(first.run(), 60))
+    finally:
+        first.store.close()
+    monkeypatch.setattr(manager_mod, "HISTORY_CHUNK", 2)
+    m = manager_for(d)
+    try:
+        async def go() -> int:
+            task = asyncio.ensure_future(m._read_records())
+            turns = 0
+            while not task.done():
+                if turns == 1:  # mid-read: a new trial, and one read already changed
+                    m.record(TrialCreated("late1", 7, 7, {"x": 0.5}), TrialStarted("late1", "env", str(tmp_path)),
+                             TrialEnded("late1", TrialStatus.SUCCEEDED, 0))
+                    m.record(MetricReported(next(iter(m.state.trials)), MetricType.FINAL, 1, 9.5, 99))
+                turns += 1
+                await asyncio.sleep(0)
+            await task
+            return turns
+
+        assert asyncio.run(go()) >= 4  # (7 trials, 2 a turn)
+        history = m._history()
+        assert history == _full_history(m.state) and len(history) == 8
+        assert history[0].value == 9.5 and history[-1].trial_id == "late1"
+    finally:
+        m.store.close()

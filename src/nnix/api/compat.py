@@ -327,7 +327,7 @@ def routes(ctx: ApiContext) -> list[Route]:
                 v = x if isinstance(x, TrialView) else views.entry(x)
                 yield views.compat(v, info) if not status or v.summary["status"] == status else None
 
-        return JSONStream(jobs())
+        return _kept(f"trial-jobs?{status or ''}", jobs())
 
     @route.get("/trial-jobs/{id}")
     async def trial_job(request: Request) -> Response:
@@ -411,10 +411,25 @@ def routes(ctx: ApiContext) -> list[Route]:
                 return None
             return dumps({"parameter": s["params"], "value": value_json(s["final"]), "trialJobId": s["id"]})
 
-        views = ctx.views
-        # from each trial's view (a trial a snapshot holds is not read again where it has one), streamed
-        return JSONStream(views.view_fragment(x if isinstance(x, TrialView) else views.entry(x), "export", None, row)
-                          for x in views.each())
+        def rows() -> Iterator[bytes | None]:
+            # from each trial's view (a trial a snapshot holds is not read again where it has one), streamed
+            views = ctx.views
+            for x in views.each():
+                yield views.view_fragment(x if isinstance(x, TrialView) else views.entry(x), "export", None, row)
+
+        return _kept("export-data", rows())
+
+    def _kept(name: str, parts: Iterator[bytes | None]) -> Response:
+        """A full list streamed, and kept (under a memory bound) for the next client asking in the same state (one
+        build per state version, as many clients polling it share; see TrialViews.keep)."""
+        def version() -> tuple[int, int]:
+            return id(m.state), m.state.last_seq
+
+        key = version()
+        hit = ctx.views.kept(name, key)
+        if hit is not None:
+            return JSON(hit)
+        return JSONStream(ctx.views.keep(name, key, version, parts))
 
     @route.post("/experiment/import-data")
     async def import_data(request: Request) -> Response:

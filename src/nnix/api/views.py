@@ -117,6 +117,7 @@ class TrialViews:
         self.manager = manager
         self._cache: dict[str, TrialView] = {}
         self._lists: dict[tuple[str, Any], bytes] = {}
+        self._full: dict[str, tuple[Any, bytes]] = {}  # name -> (key, a streamed full list as sent): see keep()
         self._config: tuple[int, dict[str, Any]] | None = None
         self.overview_key: tuple[Any, ...] | None = None
         self.overview_base: dict[str, Any] | None = None
@@ -190,6 +191,36 @@ class TrialViews:
         self._lists[(name, key)] = data
         return data
 
+    def kept(self, name: str, key: Any) -> bytes | None:
+        """The full list :meth:`keep` kept under ``name`` for ``key``, or None."""
+        hit = self._full.get(name)
+        return hit[1] if hit is not None and hit[0] == key else None
+
+    def keep(self, name: str, key: Any, current: Callable[[], Any], parts: Iterable[bytes | None]
+             ) -> Iterator[bytes | None]:
+        """``parts`` (of a streamed JSON array) as they come; once every one was taken, the array they make is kept
+        under ``name`` for the next client asking for ``key`` (:meth:`kept`: sent whole, not made again), where
+        ``current()`` still gives ``key`` (nothing changed meanwhile) and it fits FULL_KEEP with the other lists
+        kept (older ones are let go; one list per name). A list over FULL_KEEP is not held at all."""
+        got: list[bytes] | None = []
+        size = 2
+        for part in parts:
+            if part is not None and got is not None:
+                size += len(part) + 1
+                if size > FULL_KEEP:
+                    got = None
+                else:
+                    got.append(part)
+            yield part
+        full = self._full
+        full.pop(name, None)
+        if got is None or current() != key:
+            return
+        total = size + sum(len(data) for _, data in full.values())
+        while full and total > FULL_KEEP:
+            total -= len(full.pop(next(iter(full)))[1])
+        full[name] = (key, b"[" + b",".join(got) + b"]")
+
     async def warm(self, chunk: int = 500) -> None:
         """Build every summary ahead of the first request (a 10,000-trial store takes ~0.5 s), a chunk at a time
         so the loop keeps serving meanwhile (at most ``chunk`` trials and about WARM_SLICE seconds per loop turn:
@@ -249,6 +280,9 @@ WARM_SLICE = 0.004  # seconds of warming per loop turn at most (about)
 
 
 LIST_KEEP = 1 << 20  # bytes: a serialized list larger than this is not kept for the next client
+# bytes: the streamed full lists (NNI's trial-jobs, export-data) kept for the next client, all together (10k trials:
+# kept, a repeated list is sent whole; 100k: the 61 MB trial-jobs list is not held, the manager stays <= 500 MB)
+FULL_KEEP = 12 << 20
 
 
 class _Ready(Mapping[str, TrialView]):

@@ -19,7 +19,9 @@ import secrets
 import shlex
 import string
 import time
+import weakref
 from collections.abc import Callable, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,15 @@ from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import Assessor, AssessorContext, Decision
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
-from nnix.core.state import ExperimentState, TrialState, fold_store, snapshot_of
+from nnix.core.state import (
+    HISTORY_CHUNK,
+    ExperimentState,
+    TrialState,
+    fold_store,
+    record_of,
+    snapshot_of,
+    tuner_records,
+)
 from nnix.errors import (
     NnixError,
     NoMoreTrialsError,
@@ -66,6 +76,7 @@ TRIAL_ID_REST = string.ascii_letters + string.digits
 FINISHED = (ExperimentStatus.DONE, ExperimentStatus.STOPPED, ExperimentStatus.ERROR)
 
 
+THREAD_FIRST_ASK = 20_000  # records: a tuner's first ask at a history this long runs in a thread (see _ask)
 SNAPSHOT_EVERY_EVENTS = 50_000  # a running manager refreshes the store's snapshot after this many events,
 SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit,
 SNAPSHOT_TRIALS_PER_EVENT = 10  # where at least one event per this many trials followed the last one: a view of
@@ -129,14 +140,20 @@ class ExperimentManager:
         self._snapshot_seq, self._snapshot_at = self.state.snapshot_seq, clock()  # (0: the store has none)
         # The tuner's history, kept per trial and rebuilt only for trials an event touched since the last
         # ask (every change of state goes through record()): an ask costs O(changed), not O(history).
-        # The list handed to the tuner is kept too (a record replaced in place, a new trial appended), as one
-        # History lineage while the parameter sets already in it stay where they are.
-        self._trial_records: dict[str, TrialRecord | None] = {}
-        self._stale_records: dict[str, None] = dict.fromkeys(self.state.trials)
+        # Read from the state at the first ask (None until then), without building the trials a snapshot holds
+        # (see tuner_records). The list handed to the tuner is kept too (a record replaced in place, a new trial
+        # appended), as one History lineage while the parameter sets already in it stay where they are; the
+        # tuner gets a view of it (no copy), and the list is copied before a record is replaced while a view
+        # handed out still lives (a tuner that keeps one, or runs in a thread meanwhile, sees it unchanged).
+        self._trial_records: dict[str, TrialRecord | None] | None = None
+        self._stale_records: dict[str, None] = {}
         self._imported_records: list[TrialRecord] | None = None
         self._history_list: list[TrialRecord] = []
         self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
         self._lineage = object()
+        self._views: list[weakref.ref[History]] = []  # the views of _history_list handed out
+        self._reading_records = False  # the first read of every trial's record is under way (see _read_records)
+        self._asked = False  # the tuner was asked once (its first ask catches up with the whole history)
         self.service = service_factory(ServiceEvents(self))
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -169,7 +186,8 @@ class ExperimentManager:
             self.state.apply(stored)
             trial_id = getattr(stored.event, "trial_id", None)
             if trial_id is not None:
-                self._stale_records[trial_id] = None
+                if self._trial_records is not None or self._reading_records:
+                    self._stale_records[trial_id] = None
             elif isinstance(stored.event, DataImported):
                 self._imported_records = None
         for listener in self._listeners:
@@ -489,19 +507,16 @@ class ExperimentManager:
                 TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, _scalar(rec.get("value")))
                 for i, rec in enumerate(self.state.imported)
             ]
+        if self._trial_records is None:  # every trial, at once (see _read_records)
+            self._trial_records = dict(tuner_records(self.state))
+            self._stale_records.clear()
+            rebuild = True
         if self._stale_records:
             trials, records = self.state.trials, self._trial_records
             history, at = self._history_list, self._history_at
             for trial_id in self._stale_records:  # in event order: a new trial is the state's newest
                 t = trials.get(trial_id)
-                new = None if t is None or t.parameter_id is None else TrialRecord(
-                    parameter_id=t.parameter_id,
-                    params=t.params,
-                    status=t.status,
-                    value=t.final_value,
-                    intermediate=tuple(t.inter_values),
-                    trial_id=t.trial_id,
-                )
+                new = None if t is None else record_of(t)
                 known, old = trial_id in records, records.get(trial_id)
                 records[trial_id] = new
                 if rebuild:
@@ -517,6 +532,9 @@ class ExperimentManager:
                         history.append(new)
                 elif old is not None and old.parameter_id == new.parameter_id and (
                         old.params is new.params or old.params == new.params):
+                    if self._views and any(view() is not None for view in self._views):
+                        history = self._history_list = list(history)  # (a view handed out stays as it was)
+                    self._views = []
                     history[i] = new
                 else:
                     rebuild = True
@@ -530,13 +548,44 @@ class ExperimentManager:
                     self._history_at[trial_id] = len(self._history_list)
                     self._history_list.append(record)
             self._lineage = object()
+            self._views = []
         return self._history_list
 
+    def _history_view(self) -> History:
+        """The history as handed to the tuner: a view of the manager's list (O(1), see __init__)."""
+        view = History.view(self._history(), self._lineage)
+        self._views = [ref for ref in self._views if ref() is not None]
+        self._views.append(weakref.ref(view))
+        return view
+
+    async def _read_records(self) -> None:
+        """The first read of every trial's record (see tuner_records), a chunk per loop turn: a resumed manager of
+        100k trials answers REST meanwhile. The trials an event touches meanwhile are noted (and read again by
+        :meth:`_history`); where :meth:`_history` read them all itself meanwhile, this read is dropped."""
+        if self._trial_records is not None:
+            return
+        self._reading_records = True
+        try:
+            got: dict[str, TrialRecord | None] = {}
+            them = tuner_records(self.state)
+            while chunk := list(islice(them, HISTORY_CHUNK)):
+                got.update(chunk)
+                await asyncio.sleep(0)
+                if self._trial_records is not None:
+                    return
+            self._trial_records = got
+            self._imported_records = None  # (the list is made anew)
+        finally:
+            self._reading_records = False
+
     async def _ask(self, n: int) -> list[dict[str, Any]]:
+        await self._read_records()
         ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
-        history = History(self._history(), self._lineage)
-        ctx = TunerContext(self._search_space(), self.direction, self.state.seed, history)
-        if getattr(self.tuner, "heavy", False):
+        ctx = TunerContext(self._search_space(), self.direction, self.state.seed, self._history_view())
+        first, self._asked = not self._asked, True
+        # a tuner's first ask catches up with the whole history (a resumed Random counts 100k keys): in a thread
+        # where that is long, so that the loop goes on serving (the history handed is a view that never changes)
+        if getattr(self.tuner, "heavy", False) or (first and len(ctx.history) >= THREAD_FIRST_ASK):
             proposed = (await asyncio.to_thread(self.tuner.suggest, ctx, ids))[:n]
         else:
             proposed = self.tuner.suggest(ctx, ids)[:n]
@@ -896,8 +945,4 @@ def _scalar(value: Any) -> float | None:
 
 def history_records(state: ExperimentState) -> Sequence[TrialRecord]:
     """The tuner's view of an experiment's history (used by tests and tools)."""
-    return [
-        TrialRecord(t.parameter_id, t.params, t.status, t.final_value)
-        for t in state.trials.values()
-        if t.parameter_id is not None
-    ]
+    return [r for _, r in tuner_records(state) if r is not None]

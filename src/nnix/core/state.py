@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from nnix.model import events as ev
 from nnix.model.metrics import scalar_value
 from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
+from nnix.model.trials import Series, TrialRecord
 from nnix.store.base import Part, Snapshot, SnapshotDamaged, Store, Stored
 
 log = logging.getLogger(__name__)
@@ -641,6 +642,126 @@ def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T]) 
                 yield src.build(t, keep=False)
         else:
             yield t
+
+
+HISTORY_CHUNK = 2048  # trials of a snapshot whose records are decoded at once for a tuner's history
+_NO_SERIES = Series()
+
+
+def record_of(t: TrialState) -> TrialRecord | None:
+    """The tuner's record of trial ``t`` as it is now (None: a trial without parameter id, e.g. customized)."""
+    if t.parameter_id is None:
+        return None
+    return TrialRecord(t.parameter_id, t.params, t.status, t.final_value,
+                       Series(t.inter_values) if t.inter_values else _NO_SERIES, t.trial_id)
+
+
+def tuner_records(state: ExperimentState) -> Iterator[tuple[str, TrialRecord | None]]:
+    """(trial id, :func:`record_of` that trial) for every trial, in order, without building the trials a snapshot
+    holds into the state: their records come from the snapshot, a chunk of trials at a time (one JSON parse of
+    their parameters and statuses, the final values as the body holds them), and their intermediate values stay
+    in the store until a reader asks for them (:meth:`Series.lazy`: a chunk of trials is read at once). A trial
+    whose piece of the snapshot is damaged is built as a read of ``state.trials`` does (from its events)."""
+    trials = state.trials
+    src = trials.source if isinstance(trials, TrialTable) else None
+    if src is None:
+        for tid, t in list(trials.items()):
+            yield tid, record_of(t)
+        return
+    run: list[tuple[str, int]] = []
+    for tid, slot in list(_slots(trials)):
+        if type(slot) is int:
+            if run and (run[-1][1] + 1 != slot or len(run) >= HISTORY_CHUNK):
+                yield from _run_records(trials, src, run)
+                run = []
+            run.append((tid, slot))
+            continue
+        if run:
+            yield from _run_records(trials, src, run)
+            run = []
+        yield tid, record_of(slot)
+    if run:
+        yield from _run_records(trials, src, run)
+
+
+def _run_records(trials: dict[str, TrialState], src: _Source, run: list[tuple[str, int]]
+                 ) -> Iterator[tuple[str, TrialRecord | None]]:
+    """The records of trials ``run`` (consecutive in the snapshot ``src``, none built)."""
+    lo, hi = run[0][1], run[-1][1] + 1
+    starts = src.starts
+    recs: list[list[Any]] | None = None
+    try:
+        raw = bytes(src.records[1 + starts[lo]:starts[hi]])
+        if raw.isascii():  # (as _record writes them): only the head of each record is decoded
+            text, base = raw.decode("ascii"), starts[lo]
+            recs = [_record_head(text, starts[i] - base) for i in range(lo, hi)]
+        else:
+            recs = json.loads(b"[" + raw + b"]")
+    except (SnapshotDamaged, ValueError, StopIteration, IndexError):  # a trial at a time, as the state builds it
+        recs = None  # (a damaged one from its events in the log)
+    if recs is not None and len(recs) != hi - lo:
+        recs = None
+    values = _SeriesChunk(src, lo, hi)
+    finals, at, a0 = src.finals, src.at, src.at[lo]
+    for (tid, i), rec in zip(run, recs or repeat(None), strict=False):
+        if rec is None:
+            yield tid, record_of(trials[tid])
+            continue
+        pid = rec[2]
+        if pid is None:
+            yield tid, None
+            continue
+        v = finals[i]
+        a, b = at[i] - a0, at[i + 1] - a0
+        yield tid, TrialRecord(pid, rec[3], _STATUSES[rec[6]], None if v != v else v,
+                               Series.lazy(values, a, b) if b > a else _NO_SERIES, tid)
+
+
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_HEAD = 7  # the fields of a snapshot record a tuner's record needs: up to its status (see _record)
+
+
+def _record_head(text: str, at: int) -> list[Any]:
+    """The first fields of the snapshot record at ``text[at:]`` (compact JSON), without decoding the rest."""
+    if text[at] != "[":
+        raise ValueError(f"no snapshot record at {at}")
+    out = []
+    at += 1
+    for _ in range(_HEAD):
+        value, at = _scan(text, at)
+        out.append(value)
+        if text[at] != ",":
+            raise ValueError(f"a snapshot record of fewer than {_HEAD + 1} fields at {at}")
+        at += 1
+    return out
+
+
+class _SeriesChunk:
+    """The intermediate values of trials ``lo:hi`` of a snapshot, read from its part when first called (once)."""
+
+    __slots__ = ("hi", "lo", "src", "values")
+
+    def __init__(self, src: _Source, lo: int, hi: int) -> None:
+        self.src: _Source | None = src
+        self.lo, self.hi = lo, hi
+        self.values: array[float] | None = None
+
+    def __call__(self) -> array[float]:
+        if self.values is not None:
+            return self.values
+        src = self.src
+        assert src is not None
+        values = array("d")
+        try:
+            values.frombytes(bytes(src.values[src.at[self.lo] * 8:src.at[self.hi] * 8]))
+        except SnapshotDamaged:  # each trial's own piece (a damaged one folded from its events in the log)
+            for i in range(self.lo, self.hi):
+                got = src.build(i, keep=False).inter_values
+                want = src.at[i + 1] - src.at[i]
+                values.extend(got[:want])
+                values.extend(repeat(math.nan, want - len(got)))  # (the log disagrees with the snapshot's count)
+        self.values, self.src = values, None
+        return values
 
 
 def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:

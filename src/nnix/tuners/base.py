@@ -18,9 +18,10 @@ Invariants every tuner keeps (checked by ``nnix.testing.tuners.TunerContract``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Generic, Literal, Protocol, TypeVar, cast, runtime_checkable
+from itertools import islice
+from typing import TYPE_CHECKING, ClassVar, Generic, Literal, Protocol, TypeVar, cast, overload, runtime_checkable
 
 from nnix.model.args import TunerArgs
 from nnix.model.metrics import scalar_value
@@ -36,20 +37,66 @@ if TYPE_CHECKING:
 
     from nnix.space import SearchSpace
 
-class History(tuple[TrialRecord, ...]):
-    """A tuner's history as the manager hands it: a tuple of records, oldest first, that also vouches for its
-    past. Every History of one ``lineage`` starts with the parameter ids and parameter sets of every earlier
-    History of that lineage (records are only appended, or replaced by a record of the same trial with a new
-    status or value); its owner starts a new lineage when that stops holding. A tuner's caches may then
+class History(Sequence[TrialRecord]):
+    """A tuner's history as the manager hands it: a read-only sequence of records, oldest first, that also vouches
+    for its past. Every History of one ``lineage`` starts with the parameter ids and parameter sets of every
+    earlier History of that lineage (records are only appended, or replaced by a record of the same trial with a
+    new status or value); its owner starts a new lineage when that stops holding. A tuner's caches may then
     catch up with a longer History of their lineage in O(new records), without comparing the old ones. Any
-    other sequence is a history too, compared record by record."""
+    other sequence is a history too, compared record by record.
 
-    lineage: object
+    ``History(records)`` copies ``records``; the manager hands out :meth:`view` s of its own list instead (no copy:
+    an ask costs nothing per record already in the history). A History never changes: it equals the tuple of
+    its records, and its slices are tuples."""
 
-    def __new__(cls, records: Iterable[TrialRecord] = (), lineage: object | None = None) -> History:
-        self = super().__new__(cls, records)
-        self.lineage = object() if lineage is None else lineage
+    __slots__ = ("__weakref__", "_items", "_n", "lineage")
+
+    def __init__(self, records: Iterable[TrialRecord] = (), lineage: object | None = None) -> None:
+        self._items: Sequence[TrialRecord] = tuple(records)
+        self._n = len(self._items)
+        self.lineage: object = object() if lineage is None else lineage
+
+    @classmethod
+    def view(cls, records: list[TrialRecord], lineage: object) -> History:
+        """The records ``records`` holds now, not copied: its owner may append to it, but must not change
+        what is there while the view lives (the manager copies its list first where a view it handed out is
+        still referenced: it keeps a weak reference to each)."""
+        self = cls.__new__(cls)
+        self._items, self._n, self.lineage = records, len(records), lineage
         return self
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> TrialRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[TrialRecord, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> TrialRecord | tuple[TrialRecord, ...]:
+        n = self._n
+        if isinstance(index, slice):
+            a, b, step = index.indices(n)
+            items = self._items
+            return tuple(items[a:b]) if step == 1 else tuple(map(items.__getitem__, range(a, b, step)))
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError("History index out of range")
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[TrialRecord]:
+        return islice(self._items, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (History, tuple)):
+            return len(self) == len(other) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"History({list(self)!r})"
 
 
 @dataclass(frozen=True)

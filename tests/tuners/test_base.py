@@ -1,0 +1,48 @@
+"""History: what the manager hands a tuner, read-only, a view of its own list or a copy."""
+
+from __future__ import annotations
+
+import pytest
+
+from nnix.model.status import TrialStatus
+from nnix.model.trials import TrialRecord
+from nnix.tuners.base import History
+from nnix.tuners.dedup import SeenKeys, extends_records
+
+
+def _records(n: int) -> list[TrialRecord]:
+    return [TrialRecord(i, {"x": i}, TrialStatus.SUCCEEDED, float(i)) for i in range(n)]
+
+
+def test_a_view_holds_the_records_it_was_made_with_without_copying_them() -> None:
+    records = _records(5)
+    lineage = object()
+    view = History.view(records, lineage)
+    records.append(TrialRecord(5, {"x": 5}, TrialStatus.WAITING))  # the owner appends: the view does not grow
+    assert len(view) == 5 and view[-1] is records[4] and view[0] is records[0] and list(view) == records[:5]
+    assert view == tuple(records[:5]) and tuple(records[:5]) == view and view != records[:5]
+    assert view[1:3] == tuple(records[1:3]) and view[::-1] == tuple(records[4::-1]) and view[:99] == tuple(records[:5])
+    assert view == History(records[:5]) and view.lineage is lineage and History(records).lineage is not lineage
+    with pytest.raises(IndexError):
+        view[5]
+    with pytest.raises(IndexError):
+        view[-6]
+    with pytest.raises(TypeError):
+        hash(view)
+    assert extends_records(tuple(records[:3]), view) and not extends_records(tuple(records[1:4]), view)
+
+
+def test_a_copied_history_is_its_own() -> None:
+    records = _records(3)
+    h = History(records)
+    records[0] = TrialRecord(9, {"x": 9}, TrialStatus.FAILED)
+    assert h[0].parameter_id == 0 and len(h) == 3 and History() == () and repr(History(records[:1])).startswith("H")
+
+
+def test_seen_keys_take_a_longer_view_of_the_same_lineage_at_its_word() -> None:
+    records = _records(50)
+    lineage = object()
+    seen = SeenKeys()
+    assert not seen.update(History.view(records[:40], lineage))
+    assert seen.update(History.view(records, lineage)) and len(seen.added) == 10
+    assert not seen.update(History.view(records[:45], object()))  # a new lineage: counted afresh
