@@ -161,6 +161,7 @@ function setExp(exp) {
   S.exp = exp; S.expAt = Date.now();
   document.body.classList.toggle('readonly', !!exp.readOnly);
   $('#ro-badge').hidden = !exp.readOnly;
+  for (const id of ['ed-concurrency', 'ed-maxtrials', 'ed-duration']) { const el = $('#' + id); if (el) el.disabled = !!exp.readOnly; }
   $('#exp-name').textContent = exp.name || 'experiment';
   $('#exp-id').textContent = exp.id;
   const b = $('#exp-status');
