@@ -356,7 +356,8 @@ def test_paged_table_scroll_sort_and_filter_at_2000_trials(tmp_path: Path, page:
     exp_id, url = _start("view", exp_id, "--port", "0")
     try:
         page.goto(url + "#/trials")
-        page.wait_for_function(f"() => document.querySelector('#trial-count').textContent === '{PAGED} of {PAGED} trials'")
+        page.wait_for_function(f"() => document.querySelector('#trial-count').textContent === "
+                               f"'{PAGED} of {PAGED} trials'")
         # the middle of the table, in trial order: the rows there are those trials
         _scroll_to(page, PAGED // 2)
         rows = _rows(page)
