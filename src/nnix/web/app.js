@@ -171,6 +171,7 @@ function setExp(exp) {
 }
 
 async function loadSnapshot() {
+  if (S.page && S.page.prefetch) S.page.prefetch();  // (the rows in view: asked for with the overview, not after it)
   const exp = await api('/experiment');
   S.seq = exp.seq;
   setExp(exp);
@@ -476,7 +477,7 @@ const trials = {
     this.tab = ['metric', 'params', 'inter', 'duration'].includes(arg) ? arg : (this.tab || 'metric');
     this.sortKey = this.sortKey || 'seq'; this.desc = this.desc || false;
     this.statuses = this.statuses || new Set();
-    this.search = ''; this.data = null; this.loads = 0;
+    this.search = ''; this.data = null; this.loads = 0; this.pre = null;
     this.lastVersion = -1; this.chartVersion = -1; this.draws = 0; this.lastChart = -Infinity; this.chart = null;
     this.hidden = new Set(JSON.parse(localStorage.getItem(COLS_KEY) || '["start","end","nInter"]'));
     this.axesChosen = this.axesChosen || null; this.topPct = this.topPct || 100; this.interMode = this.interMode || 'top10';
@@ -604,6 +605,19 @@ const trials = {
       this.table.setSource(d.total, (i) => { const x = d.blocks.get(Math.floor(i / BLOCK)); return x ? x[i % BLOCK] || null : null; });
     } catch (err) { if (this.data === d) { d.blocks.delete(b); toast('Cannot load trials: ' + err.message, 'error'); } }
   },
+  // the rows in view and a margin, in blocks
+  window() {
+    const el = this.table.root;
+    const first = Math.max(0, Math.floor((el.scrollTop - 30) / this.table.rh) - MARGIN);
+    const b0 = Math.floor(first / BLOCK);
+    return { offset: b0 * BLOCK, limit: (Math.ceil((first + Math.ceil((el.clientHeight || 600) / this.table.rh) + 2 * MARGIN) / BLOCK) - b0) * BLOCK };
+  },
+  prefetch() {
+    const ask = { ...this.query(), ...this.window() };
+    const page = trialPage(ask);
+    page.catch(() => null);
+    this.pre = { key: JSON.stringify(ask), page };
+  },
   showCount() {
     const d = this.data;
     if (d) $('#trial-count').textContent = `${d.total} of ${S.exp ? S.exp.total : d.total} trials`;
@@ -617,12 +631,11 @@ const trials = {
     }
     this.lastVersion = S.version; this.lastRows = performance.now();
     const query = this.query(), n = ++this.loads;
-    const el = this.table.root;
-    const first = Math.max(0, Math.floor((el.scrollTop - 30) / this.table.rh) - MARGIN);
-    const b0 = Math.floor(first / BLOCK);
-    const limit = (Math.ceil((first + Math.ceil((el.clientHeight || 600) / this.table.rh) + 2 * MARGIN) / BLOCK) - b0) * BLOCK;
+    const b0 = this.window().offset / BLOCK;
+    const ask = { ...query, ...this.window() }, pre = this.pre;
+    this.pre = null;
     let page;
-    try { page = await trialPage({ ...query, offset: b0 * BLOCK, limit }); } catch (err) {
+    try { page = await (pre && pre.key === JSON.stringify(ask) ? pre.page : trialPage(ask)); } catch (err) {
       if (n === this.loads) toast('Cannot load trials: ' + err.message, 'error');
       return;
     }
