@@ -213,11 +213,9 @@ class TrialViews:
                         await asyncio.sleep(0)
                         deadline = clock() + WARM_SLICE
                 await asyncio.sleep(0)
-            # the orders a first look asks for (by metric, both ways): a page of them is then a slice
-            index = self.index()
-            maximize = self.manager.state.direction == "maximize"
-            for desc in (maximize, not maximize):
-                index.order(TrialQuery(sort="metric", descending=desc))
+            # what a first look asks for: a sorted or filtered page of 100k trials is then a slice
+            tot = self.manager.state.overview_totals()
+            for _ in self.index().prepare((frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))):
                 await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
@@ -526,44 +524,170 @@ def _condition(part: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str
     return test
 
 
+class _Column:
+    """One field of every trial of an index, as arrays: its numbers (NaN where it is not one), which are numbers
+    (not booleans), which are missing, and (made when first needed) its text in lower case."""
+
+    __slots__ = ("isnone", "isnum", "nums", "raw", "texts")
+
+    def __init__(self, raw: list[Any]) -> None:
+        import numpy as np
+
+        n, nan = len(raw), math.nan
+        self.raw = raw
+        self.isnone = np.fromiter((v is None for v in raw), bool, n)
+        self.isnum = np.fromiter((type(v) is float or type(v) is int or _is_num(v) for v in raw), bool, n)
+        self.nums = np.fromiter((v if type(v) is float else float(v) if self.isnum[i] else nan
+                                 for i, v in enumerate(raw)), float, n)
+        self.texts: Any = None
+
+    def text(self) -> Any:
+        import numpy as np
+
+        if self.texts is None:
+            self.texts = np.array([None if v is None else _text(v).lower() for v in self.raw], dtype=object)
+        return self.texts
+
+
+_STATUS_CODES = {s.value: i for i, s in enumerate(TrialStatus)}
+_NUMERIC_SORTS = ("seq", "metric", "latest", "duration", "start", "end", "nInter")
+
+
 class TrialIndex:
-    """Every trial's view of one state version, in order, with the orders asked for kept (per sort key and
-    direction: a page of a sorted list of 100k trials is a slice, not a sort) and the last few filtered lists."""
+    """Every trial's view of one state version, in order, with what a query of them needs kept: the orders asked
+    for (per sort key and direction: a page of a sorted list of 100k trials is a slice, not a sort), the fields a
+    search tested (as arrays: a condition is tested on every trial at once) and the last few filtered lists."""
 
     def __init__(self, views: list[TrialView], version: Any) -> None:
         self.views, self.version = views, version
-        self.orders: dict[tuple[str, bool], list[int]] = {}
-        self.hits: dict[tuple[Any, ...], list[int]] = {}
+        self.summaries = [v.summary for v in views]
+        self.orders: dict[tuple[str, bool], Any] = {}
+        self.hits: dict[tuple[Any, ...], Any] = {}
         self.columns: dict[tuple[Any, ...], bytes] = {}
+        self._fields: dict[tuple[str, bool], _Column] = {}
+        self._status: Any = None
+        self._text: Any = None
 
-    def order(self, query: TrialQuery) -> list[int] | range:
+    def prepare(self, keys: tuple[frozenset[str], frozenset[str]]) -> Iterator[None]:
+        """Make ahead (a step per field: the caller may yield between them) what the first look at a big
+        experiment asks for: the orders by metric both ways, the trials' statuses, the parameters' and final
+        results' fields."""
+        import numpy as np
+
+        for desc in (False, True):
+            self.order(TrialQuery(sort="metric", descending=desc))
+            yield
+        self._status = np.fromiter((_STATUS_CODES[s["status"]] for s in self.summaries), np.int8,
+                                   len(self.summaries))
+        now = int(time.time() * 1000)
+        for name in [*keys[1], *keys[0]]:
+            self.field(name, now, keys)
+            yield
+
+    def field(self, name: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]) -> _Column:
+        """The field ``name`` of a search condition (see :func:`_getter`) as arrays (kept, but for durations)."""
+        final = name in keys[0] and name not in keys[1]
+        hit = self._fields.get((name, final))
+        if hit is None:
+            get = _getter(name, now_ms, keys)
+            hit = _Column([get(s) for s in self.summaries])
+            if name.lower() != "duration":
+                self._fields[(name, final)] = hit
+        return hit
+
+    def order(self, query: TrialQuery) -> Any:
+        """The positions of every trial in the order of ``query`` (an array; missing values last both ways)."""
+        import numpy as np
+
         if query.sort == "seq" and not query.descending:
-            return range(len(self.views))
+            return np.arange(len(self.views))
         key = (query.sort, query.descending)
         hit = self.orders.get(key)
         if hit is None:
-            summaries = [v.summary for v in self.views]
-            sk = query.sort_key(int(time.time() * 1000))
-            hit = sorted(range(len(summaries)), key=lambda i: sk(summaries[i]), reverse=query.descending)
+            now = int(time.time() * 1000)
+            col = None
+            if query.sort in _NUMERIC_SORTS or query.sort.startswith("metric:"):
+                field = query.sort if query.sort.startswith("metric:") or query.sort == "duration" else ""
+                col = self.field(field, now, query.keys) if field else _Column([s[query.sort] for s in self.summaries])
+            elif query.sort.startswith("param:"):
+                col = self.field(query.sort[6:], now, (frozenset(), frozenset()))
+                if not bool((col.isnum | col.isnone).all()):
+                    col = None  # text among them: sorted as text after the numbers (below)
+            if col is not None:  # (stable: ties in trial order, NaN last)
+                hit = np.argsort(-col.nums if query.descending else col.nums, kind="stable")
+            else:
+                sk = query.sort_key(now)
+                summaries = self.summaries
+                hit = np.array(sorted(range(len(summaries)), key=lambda i: sk(summaries[i]), reverse=query.descending),
+                               dtype=np.int64)
             if query.sort != "duration":  # (running trials' durations grow with the clock)
                 self.orders[key] = hit
         return hit
 
-    def matching(self, query: TrialQuery) -> list[int] | range:
+    def mask(self, query: TrialQuery) -> Any:
+        """Which trials (by position) ``query``'s status filter and search let through."""
+        import numpy as np
+
+        n = len(self.summaries)
+        out = np.ones(n, bool)
+        if query.statuses is not None:
+            if self._status is None:
+                self._status = np.fromiter((_STATUS_CODES[s["status"]] for s in self.summaries), np.int8, n)
+            out &= np.isin(self._status, [_STATUS_CODES[x] for x in query.statuses])
+        now = int(time.time() * 1000)
+        for part in (p.strip() for p in query.search.split(";")):
+            if part:
+                out &= self._condition(part, now, query.keys)
+        return out
+
+    def _condition(self, part: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]) -> Any:
+        """:func:`_condition` tested on every trial at once."""
+        import numpy as np
+
+        n = len(self.summaries)
+        m = _CONDITION.match(part)
+        if m is None:  # free text: part of the id or the message, or the Trial No.
+            q = part.lower()
+            if self._text is None:
+                self._text = (np.array([s["id"].lower() for s in self.summaries], dtype=str),
+                              np.array([(s["message"] or "").lower() for s in self.summaries], dtype=str),
+                              np.fromiter((s["seq"] for s in self.summaries), np.int64, n))
+            ids, messages, seqs = self._text
+            out = (np.char.find(ids, q) >= 0) | (np.char.find(messages, q) >= 0)
+            if q.isdigit() and q == str(int(q)):
+                out |= seqs == int(q)
+            return out
+        name, op, raw = m.groups()
+        col = self.field(name, now_ms, keys)
+        rng = _RANGE.match(raw)
+        if rng is not None:
+            lo, hi = _number(rng[1]), _number(rng[2])
+            if lo is None or hi is None:
+                return np.zeros(n, bool)
+            return col.isnum & (col.nums >= lo) & (col.nums <= hi)
+        num = _number(raw.strip())
+        if op in ("=", ":", "!=", "≠"):
+            if num is None:
+                eq = col.text() == raw.strip().lower()
+            else:
+                eq = np.where(col.isnum, col.nums == num, col.text() == raw.strip().lower())
+            eq &= ~col.isnone
+            return eq if op in ("=", ":") else ~eq
+        if num is None:
+            return np.zeros(n, bool)
+        test = {">": np.greater, "<": np.less, ">=": np.greater_equal, "<=": np.less_equal}[op]
+        return col.isnum & test(col.nums, num)
+
+    def matching(self, query: TrialQuery) -> Any:
+        """The positions of the trials ``query`` matches, in its order."""
         order = self.order(query)
         if query.statuses is None and not query.search:
             return order
         key = (query.sort, query.descending, query.statuses, query.search)
         hit = self.hits.get(key)
         if hit is None:
-            views, statuses = self.views, query.statuses
-            if statuses is not None:
-                order = [i for i in order if views[i].summary["status"] in statuses]
-            if query.search:
-                tests = query.conditions()
-                order = [i for i in order if all(t(views[i].summary) for t in tests)]
-            hit = order if isinstance(order, list) else list(order)
-            if query.sort != "duration":
+            hit = order[self.mask(query)[order]]
+            if query.sort != "duration" and not (query.search and "duration" in query.search.lower()):
                 if len(self.hits) >= 8:
                     self.hits.pop(next(iter(self.hits)))
                 self.hits[key] = hit
