@@ -125,7 +125,7 @@ def routes(ctx: ApiContext) -> list[Route]:
     def trial_query(request: Request) -> TrialQuery:
         query = TrialQuery.parse(dict(request.query_params))
         if query.search:  # a condition's name: a final-result key or a parameter
-            tot = m.state.overview_totals()
+            tot = ctx.views.totals()
             query.keys = (frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))
         return query
 

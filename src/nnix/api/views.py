@@ -214,7 +214,7 @@ class TrialViews:
                         deadline = clock() + WARM_SLICE
                 await asyncio.sleep(0)
             # what a first look asks for: a sorted or filtered page of 100k trials is then a slice
-            tot = self.manager.state.overview_totals()
+            tot = self.totals()
             for _ in self.index().prepare((frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))):
                 await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
@@ -243,6 +243,11 @@ class TrialViews:
         what the caller needs) is given as that view, not read from the snapshot again (nothing changed it since,
         or it would be built); any other trial as itself (one a snapshot holds, read for this reader alone)."""
         return each_trial_or_known(self.manager.state.trials, _Ready(self._cache, ready))
+
+    def totals(self) -> dict[str, Any]:
+        """The state's overview totals (where an older snapshot lacks them: counted from the trials' views)."""
+        return self.manager.state.overview_totals(
+            lambda: ((s["status"], s["params"], s["final"]) for s in (v.summary for v in self.all())))
 
     def index(self) -> TrialIndex:
         """Every trial's view with the sort orders asked for, kept until the state changes."""
@@ -780,7 +785,7 @@ def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: boo
     config = dict(views.config_json(st.config))
     config["searchSpace"] = st.limits.get("search_space")
     counts = {s.value: 0 for s in TrialStatus if s is not TrialStatus.UNKNOWN}
-    tot = st.overview_totals()  # kept by the fold: no trial is read for them
+    tot = views.totals()  # kept by the fold: no trial is read for them
     for name, n in tot["counts"].items():
         if n:
             counts[name] = n

@@ -251,20 +251,24 @@ class ExperimentState:
     def limit(self, name: str) -> Any:
         return self.limits.get(name)
 
-    def overview_totals(self) -> dict[str, Any]:
+    def overview_totals(self, rows: Callable[[], Iterable[tuple[str, Any, Any]]] | None = None) -> dict[str, Any]:
         """Trials by status, the best one, the final-result and parameter names seen: kept by the fold (and in the
         snapshot), so a viewer reads no trial for them; counted once from the trials where the state does not keep
-        them yet (an older snapshot), and the best found again where the best trial lost its final result."""
+        them yet (an older snapshot): from ``rows()`` where given (every trial's status value, parameters and final
+        result, as a reader keeps them), else by reading every trial; the best found again where the best trial
+        lost its final result."""
         tot = self.totals
         if tot is None:
-            tot = self.totals = new_totals()
-            for t in each_trial(self.trials):
-                self._count(None, t.status)
-                self._keys(t.params, tot["paramKeys"])
-                f = t.final
-                if f is not None:
-                    self._keys(f.value, tot["metricKeys"])
+            tot = new_totals()
+            counts = tot["counts"]
+            each = rows() if rows is not None else ((t.status.value, t.params, None if (f := t.final) is None
+                                                     else f.value) for t in each_trial(self.trials))
+            for status, params, final in each:
+                counts[status] = counts.get(status, 0) + 1
+                self._keys(params, tot["paramKeys"])
+                self._keys(final, tot["metricKeys"])
             tot["best"], tot["dirty"] = None, True
+            self.totals = tot
         if tot["dirty"]:
             best = self.best_trial()
             tot["best"] = None if best is None else [best.trial_id, best.sequence_id, best.final_value]

@@ -449,7 +449,7 @@ function humanSeconds(s) {
 // ---- Trials page ---------------------------------------------------------------------------------
 const COLS_KEY = 'nnix_columns';
 
-const PARALLEL_LINES = 4000;  // lines of the parallel coordinates at most (a sample of the trials, best to worst)
+const PARALLEL_LINES = 2000;  // lines of the parallel coordinates at most (a sample of the trials, best to worst)
 const BLOCK = 100;  // rows per request of the table
 const MARGIN = 60;  // rows loaded beyond those in view
 
@@ -478,6 +478,7 @@ const trials = {
     this.sortKey = this.sortKey || 'seq'; this.desc = this.desc || false;
     this.statuses = this.statuses || new Set();
     this.search = ''; this.data = null; this.loads = 0; this.pre = null;
+    this.shown = new Promise((done) => { this.showRows = done; });
     this.lastVersion = -1; this.chartVersion = -1; this.draws = 0; this.lastChart = -Infinity; this.chart = null;
     this.hidden = new Set(JSON.parse(localStorage.getItem(COLS_KEY) || '["start","end","nInter"]'));
     this.axesChosen = this.axesChosen || null; this.topPct = this.topPct || 100; this.interMode = this.interMode || 'top10';
@@ -636,6 +637,7 @@ const trials = {
     this.pre = null;
     let page;
     try { page = await (pre && pre.key === JSON.stringify(ask) ? pre.page : trialPage(ask)); } catch (err) {
+      this.showRows();
       if (n === this.loads) toast('Cannot load trials: ' + err.message, 'error');
       return;
     }
@@ -646,6 +648,7 @@ const trials = {
     this.table.setSource(d.total, (i) => { const x = d.blocks.get(Math.floor(i / BLOCK)); return x ? x[i % BLOCK] || null : null; });
     this.showCount();
     window.__nnix.settled++;
+    requestAnimationFrame(() => setTimeout(this.showRows, 0));
     if (window.__nnix.tablePaint === null && S.exp && !S.loading) markPaint('tablePaint', 'nnix:table');
   },
   update() {
@@ -710,13 +713,16 @@ const trials = {
     this.plot(tab, () => n === this.draws && this.tab === tab && S.page === trials && $('#trials-chart'))
       .catch((err) => toast('Cannot load the chart: ' + err.message, 'error'));
   },
-  // draw the chart of `tab` once its data came, if still current()
+  // draw the chart of `tab` once its data came (and the table's first rows are painted: they come first), if still
+  // current()
   async plot(tab, current) {
     if (tab === 'metric') {
       const data = await metricScatter();
+      await this.shown;
       if (current()) this.chart = C.scatter($('#trials-chart'), { ...data, xLabel: 'Trial No.', yLabel: 'default metric', emptyText: 'No succeeded trial yet' });
     } else if (tab === 'duration') {
       const c = await columns(['seq', 'status', 'duration', 'start']);
+      await this.shown;
       if (!current()) return;
       const x = [], y = [], ids = [], colors = [];
       for (let i = 0; i < c.id.length; i++) {
@@ -729,6 +735,7 @@ const trials = {
       const keys = (S.exp && S.exp.paramKeys) || [];
       // (at most PARALLEL_LINES lines, evenly spaced from the best to the worst: more only blur into each other)
       const c = await columns(['seq', 'metric', ...keys.map((k) => 'param:' + k)], { status: 'SUCCEEDED', sort: bestFirst(), max: PARALLEL_LINES });
+      await this.shown;
       if (!current()) return;
       const rows = [];
       for (let i = 0; i < c.id.length; i++) {
@@ -806,6 +813,7 @@ const trials = {
       if (emph.has(id) && (ids !== null || S.sel.has(id))) { s.color = C.PALETTE[i++ % C.PALETTE.length]; s.width = S.sel.has(id) ? 2.6 : 1.6; hot.push(s); }
       else faint.push(s);
     }
+    await this.shown;
     if (this.tab !== 'inter' || !current()) return;
     this.chart = C.lines(cv, { series: hot, faint, xLabel: 'step (sequence)', yLabel: 'intermediate result', emptyText: ids && !ids.length ? 'Select trials in the table' : 'No intermediate results yet' });
     $('#chart-legend').innerHTML = hot.slice(0, 24).map((s) => `<span><i style="background:${s.color || '#1f6fb2'}"></i>${esc(s.label)}</span>`).join('');
