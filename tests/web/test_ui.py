@@ -10,6 +10,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -336,11 +337,8 @@ def _many(tmp_path: Path) -> tuple[str, dict[str, float], list[str]]:
             events += [MetricReported(tid, MetricType.FINAL, 0, metrics[tid], 0),
                        TrialEnded(tid, TrialStatus.SUCCEEDED, 0)]
     events.append(StatusChanged(ExperimentStatus.DONE, "maxTrialNumber reached"))
-    store = SqliteStore(exp_dir / STORE_NAME)
-    try:
+    with closing(SqliteStore(exp_dir / STORE_NAME)) as store:
         store.append(events)
-    finally:
-        store.close()
     return exp_id, metrics, ids
 
 
