@@ -148,18 +148,26 @@ def browser(url: str, runs: int) -> dict[str, list[float]] | str:
                                        "window.__nnix.parcoordsPaint > 0", timeout=60000)
                 out["table"].append(page.evaluate("window.__nnix.tablePaint"))
                 out["parcoords"].append(page.evaluate("window.__nnix.parcoordsPaint"))
+                # a paged table (window.__nnix.settled: bumped when the server's rows are shown) is timed until they
+                # are painted; the old one, sorting and filtering in the page, until the next frame
                 out["sort"].append(page.evaluate("""() => new Promise((done) => {
+                    const paged = 'settled' in window.__nnix, before = window.__nnix.settled;
                     const t0 = performance.now();
                     document.querySelector('.vt-hcell[data-key=metric]').click();
-                    requestAnimationFrame(() => setTimeout(() => done(performance.now() - t0), 0));
+                    const wait = () => (paged && window.__nnix.settled === before ? requestAnimationFrame(wait)
+                        : requestAnimationFrame(() => setTimeout(() => done(performance.now() - t0), 0)));
+                    wait();
                 })"""))
                 out["search"].append(page.evaluate("""() => new Promise((done) => {
+                    const paged = 'settled' in window.__nnix, before = window.__nnix.settled;
                     const box = document.querySelector('#trial-search');
                     const t0 = performance.now();
                     box.value = 'lr>0.001; optimizer=adam';
                     box.dispatchEvent(new Event('input'));
-                    const wait = () => (document.querySelector('#trial-count').textContent.startsWith(
-                        String(window.__nnix.S.trials.size) + ' of') ? requestAnimationFrame(wait)
+                    const waiting = () => (paged ? window.__nnix.settled === before
+                        : document.querySelector('#trial-count').textContent.startsWith(
+                            String(window.__nnix.S.trials.size) + ' of'));
+                    const wait = () => (waiting() ? requestAnimationFrame(wait)
                         : requestAnimationFrame(() => setTimeout(() => done(performance.now() - t0 - 120), 0)));
                     wait();
                 })"""))

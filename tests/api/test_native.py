@@ -59,6 +59,13 @@ def test_overview(finished: Path, h: Any) -> None:
             assert o["limits"]["maxTrialNumber"] == 20 and o["limits"]["trialConcurrency"] == 1
             assert o["config"]["trialCommand"].endswith("trial.py") and o["config"]["searchSpace"]["x"]["_type"]
             assert o["seq"] == manager.state.last_seq and o["platform"] == "local"
+            # a state without the totals (an older snapshot): counted from the trials' summaries, the same
+            def nonzero(tot: dict[str, Any]) -> dict[str, Any]:
+                return {**tot, "counts": {k: v for k, v in tot["counts"].items() if v}}
+
+            kept = nonzero(manager.state.overview_totals())
+            manager.state.totals = None
+            assert nonzero(app.ctx.views.totals()) == kept and manager.state.totals is not None
 
     h.run(go())
 
@@ -98,9 +105,52 @@ def test_trial_list_filter_search_sort_page(finished: Path, h: Any) -> None:
             assert await ids(c, sort="-latest", limit=1) == ["ccccc"]
             assert await ids(c, status="SUCCEEDED", sort="-metric", limit=1) == ["ccccc"]
 
+            # pages of a sorted list are slices of one order, whatever the page size and the direction
+            for sort in ("-metric", "metric", "param:x", "-param:opt", "status", "-seq", "nInter"):
+                whole = await ids(c, sort=sort)
+                assert [i for k in range(5) for i in await ids(c, sort=sort, offset=k, limit=1)] == whole, sort
+                assert await ids(c, sort=sort, offset=1, limit=3) == whole[1:4], sort
+            # a search of conditions (what the web UI sends): all parts must match
+            assert await ids(c, q="x>0.3") == ["ccccc", "ddddd", "eeeee"]
+            assert await ids(c, q="x>0.3; opt=b") == ["ddddd", "eeeee"]
+            assert await ids(c, q="x:[0.1, 0.4]", sort="-param:x") == ["ddddd", "bbbbb", "aaaaa"]
+            assert await ids(c, q="metric>=0.5") == ["aaaaa", "ccccc"]
+            assert await ids(c, q="acc>0.5") == ["aaaaa"]  # a final-result key
+            assert await ids(c, q="metric:acc!=0.9") == ["bbbbb", "ccccc", "ddddd", "eeeee"]  # (missing: not equal)
+            assert await ids(c, q="status=failed") == ["bbbbb"]
+            assert await ids(c, q="boom") == ["bbbbb"]  # free text: the message too
+            assert await ids(c, q="opt=a; ccc") == ["ccccc"]
+            assert await ids(c, q="x>abc") == []
+
             for params in ({"status": "BOGUS"}, {"sort": "nope"}, {"limit": "-1"}, {"limit": "x"}, {"offset": "1.5"},
                            {"order": "sideways"}, {"limit": str(10**9)}):
                 r = await c.get(f"{N}/trials", params=params)
+                assert r.status_code == 400 and r.json()["error"], params
+
+    h.run(go())
+
+
+def test_columns_of_every_trial_a_query_matches(finished: Path, h: Any) -> None:
+    _, app = h.viewer(finished)
+
+    async def go() -> None:
+        async with h.client(app) as c:
+            r = await c.get(f"{N}/columns", params={"fields": "seq,status,metric,param:opt,metric:acc,nInter"})
+            col = _strict(r.text)
+            assert col["total"] == 5 and col["id"] == ["aaaaa", "bbbbb", "ccccc", "ddddd", "eeeee"]
+            assert col["seq"] == [0, 1, 2, 3, 4] and col["status"][1] == "FAILED"
+            assert col["metric"] == [0.5, None, 0.8, None, None] and col["param:opt"] == ["a", "b", "a", "b", "b"]
+            assert col["metric:acc"] == [0.9, None, None, None, None] and col["nInter"] == [3, 1, 2, 0, 0]
+            best = _strict((await c.get(f"{N}/columns", params={"fields": "metric", "status": "SUCCEEDED",
+                                                                 "sort": "-metric"})).text)
+            assert best["id"] == ["ccccc", "aaaaa"] and best["metric"] == [0.8, 0.5]
+            # at most max trials, evenly spaced in the query's order (the first and the last kept)
+            few = _strict((await c.get(f"{N}/columns", params={"fields": "seq", "sort": "-seq", "max": 3})).text)
+            assert few["total"] == 5 and few["seq"] == [4, 2, 0]
+            got = _strict((await c.get(f"{N}/columns", params={"fields": "duration", "q": "x>0.5"})).text)
+            assert got["id"] == ["ccccc", "eeeee"] and all(d is not None and d >= 0 for d in got["duration"])
+            for params in ({}, {"fields": "bogus"}, {"fields": "seq", "max": "0"}, {"fields": "seq", "status": "X"}):
+                r = await c.get(f"{N}/columns", params=params)
                 assert r.status_code == 400 and r.json()["error"], params
 
     h.run(go())

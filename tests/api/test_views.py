@@ -178,3 +178,33 @@ def test_a_repeated_full_list_is_sent_as_kept_until_the_state_moves(finished: Pa
             assert big[0] == big[1] and len(big[0]) > 64 and len(walks) == 7  # (made twice: not kept)
 
     h.run(go())
+
+
+def test_the_index_answers_every_query_as_a_sort_of_the_whole_list_does(finished: Path, h: Any) -> None:
+    """A query answered from the index (orders kept per sort key, conditions tested on arrays of a field) gives the
+    same trials in the same order as filtering and sorting the whole list of summaries (the streamed full list)."""
+    from nnix.api.views import TrialQuery, TrialViews
+    from nnix.core.events import TrialCreated
+
+    manager, _ = h.viewer(finished)
+    st = manager.state
+    seq = st.last_seq
+    extra = [TrialCreated("fffff", 5, 5, {"x": True, "opt": 3}), TrialCreated("ggggg", 6, 6, {"x": 0.1, "opt": None}),
+             TrialCreated("hhhhh", 7, 7, {"x": float("nan"), "opt": [1, 2]})]
+    for k, e in enumerate(extra, 1):  # booleans, numbers among text, lists, a missing value: as the list sorts them
+        st.apply(Stored(seq + k, 9.0, e))
+    views = TrialViews(manager)
+    keys = (frozenset(st.overview_totals()["metricKeys"]), frozenset(st.overview_totals()["paramKeys"]))
+    sorts = ["seq", "-seq", "metric", "-metric", "latest", "-latest", "status", "-status", "id", "nInter", "-end",
+             "start", "param:x", "-param:x", "param:opt", "-param:opt", "metric:acc", "-metric:acc", "param:none"]
+    searches = ["", "x>0.3", "x>=0.2; opt=b", "x:[0.1, 0.4]", "metric>=0.5", "acc>0.5", "metric:acc!=0.9",
+                "status=failed", "boom", "opt=a; ccc", "x>abc", "x=true", "opt=3", "opt!=b", "x<0.15", "seq<=2",
+                "id=ccccc", "opt:[1, 5]", "x=0.1", "3", "03", "canceled"]
+    for sort in sorts:
+        for search in searches:
+            for status in (None, frozenset({"SUCCEEDED", "WAITING"})):
+                q = TrialQuery(statuses=status, search=search.lower(), sort=sort.lstrip("-"),
+                               descending=sort.startswith("-"), limit=None, keys=keys)
+                whole = [v.summary["id"] for v in q.run(views.all())[1]]
+                indexed = [v.summary["id"] for v in q.run(views.index())[1]]
+                assert indexed == whole, (sort, search, status)

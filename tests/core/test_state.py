@@ -417,3 +417,76 @@ def test_ranked_is_the_head_or_tail_of_the_trials_sorted_best_first_ties_in_tria
             assert [t.trial_id for t in state.ranked(n, worst=True)] == best_first[max(0, len(best_first) - n):]
         best = state.best_trial()
         assert best is not None and best.trial_id == best_first[0]
+
+
+# --- the overview totals: kept by the fold, held in the snapshot, counted where an older snapshot lacks them ---------
+
+def _counted(state: Any) -> dict[str, Any]:
+    """The totals counted from the trials themselves (what the fold keeps as it goes)."""
+    from collections import Counter
+
+    trials = list(state.trials.values())
+    scored = [t for t in trials if t.final_value is not None]
+    sign = 1 if state.direction == "minimize" else -1
+    best = min(scored, key=lambda t: (sign * t.final_value, t.sequence_id), default=None)
+    metric_keys = {k for t in trials if t.final is not None and isinstance(t.final.value, dict) for k in t.final.value}
+    return {"counts": {k: v for k, v in Counter(t.status.value for t in trials).items()},
+            "best": None if best is None else [best.trial_id, best.sequence_id, best.final_value],
+            "metricKeys": metric_keys, "paramKeys": {k for t in trials for k in t.params}}
+
+
+def _totals(state: Any) -> dict[str, Any]:
+    tot = state.overview_totals()
+    return {"counts": {k: v for k, v in tot["counts"].items() if v}, "best": tot["best"],
+            "metricKeys": set(tot["metricKeys"]), "paramKeys": set(tot["paramKeys"])}
+
+
+def test_the_overview_totals_kept_by_the_fold_are_those_counted_from_its_trials(tmp_path: Path) -> None:
+    from nnix.core import state as state_mod
+    from nnix.core.events import TrialRequeued
+    from nnix.store.sqlite import SqliteStore
+
+    store = SqliteStore(f"{tmp_path}/s.sqlite")
+    _started(store)
+    _busy_log(store, range(0, 14))
+    store.append([TrialCreated("d", 50, 50, {"x": 1, "y": 2}), TrialStarted("d", "local-env", "/tmp/d"),
+                  MetricReported("d", MetricType.FINAL, 0, {"default": 5.5, "acc": 0.1}, 0, 50)])
+    state = state_mod.fold_store(store)
+    assert state.totals is not None and not state.totals["dirty"]
+    assert _totals(state) == _counted(state) and state.overview_totals()["best"][0] == "t0"  # (minimize)
+    # the best trial loses its final result (a retry): the next best is found again
+    store.append([TrialRequeued("t0", "host lost")])
+    state = state_mod.fold_store(store, state)
+    assert _totals(state) == _counted(state) and state.overview_totals()["best"][0] == "t2"
+    # a trial reaching the same value later than the best one does not take its place (trial order breaks ties)
+    store.append([TrialStarted("t0", "local-env", "/tmp/t0"), MetricReported("t0", MetricType.FINAL, 0, 2.0, 20, 0)])
+    state = state_mod.fold_store(store, state)
+    assert _totals(state) == _counted(state) and state.overview_totals()["best"][0] == "t0"
+
+
+def test_a_snapshot_holds_the_totals_and_an_older_one_without_them_still_opens(tmp_path: Path) -> None:
+    from nnix.core import state as state_mod
+    from nnix.store.sqlite import SqliteStore
+
+    store = SqliteStore(f"{tmp_path}/s.sqlite")
+    _started(store)
+    _busy_log(store, range(0, 12))
+    full = state_mod.fold_store(store)
+    state_mod.write_snapshot(store, full)
+    loaded = state_mod.fold_store(store)
+    table = loaded.trials
+    assert isinstance(table, state_mod.TrialTable) and table.source is not None
+    left = table.source.left
+    assert _totals(loaded) == _counted(full)
+    assert table.source.left == left  # no trial was built for them
+    # an older snapshot (no totals in its head): opened all the same, the totals counted when first asked for
+    full.totals = None
+    state_mod.write_snapshot(store, full)
+    old = state_mod.fold_store(store)
+    assert old.totals is None
+    assert _totals(old) == _counted(full)
+    # and kept from then on
+    store.append([TrialCreated("n", 99, 99, {"z": 1})])
+    old = state_mod.fold_store(store, old)
+    assert old.totals is not None and old.totals["counts"]["WAITING"] == _counted(old)["counts"]["WAITING"]
+    assert "z" in old.totals["paramKeys"]

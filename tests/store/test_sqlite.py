@@ -190,3 +190,27 @@ def test_a_snapshot_is_written_in_chunks_and_a_write_cut_short_is_never_read(tmp
     db.execute("DELETE FROM snapshot_chunk WHERE n = 1")  # a chunk lost: the snapshot does not match
     db.commit()
     assert store.read_snapshot() is None
+
+
+def test_a_snapshot_part_slice_across_chunks_some_kept_some_not_reads_every_one(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slice over chunks of which some are kept (read before) and some not: the ones read then fill the cache,
+    which lets the oldest go; those the slice covers are still given back (a KeyError did, writing a snapshot
+    again after reading the best trial of a 10k-trial one)."""
+    from nnix.store import sqlite as sqlite_mod
+    from nnix.store.base import Snapshot
+
+    monkeypatch.setattr(sqlite_mod, "PART_CHUNK", 4)
+    monkeypatch.setattr(sqlite_mod, "PART_CACHE", 4)
+    store = SqliteStore(tmp_path / "s.sqlite")
+    seq = store.append([StatusChanged(ExperimentStatus.RUNNING)])[0].seq
+    data = bytes(range(48))
+    store.write_snapshot(Snapshot(2, seq, b"head", (data, b"")))
+    snap = store.read_snapshot()
+    assert snap is not None
+    part = snap.parts[0]
+    for k in (0, 3, 4, 5):  # chunks kept: the cache is full
+        assert part[4 * k:4 * k + 4] == data[4 * k:4 * k + 4]
+    assert part[0:48] == data  # 12 chunks: a long read, not kept
+    assert part[0:12] == data[0:12]  # chunks 0..2, 0 kept: 1 and 2 read and kept, the cache lets 0 and 3 go
+    store.close()

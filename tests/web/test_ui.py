@@ -10,6 +10,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -105,14 +106,24 @@ def row(trial_id: str) -> str:
     return f'.vt-row[data-id="{trial_id}"]'
 
 
-def _rows(page: Any) -> list[dict[str, str]]:
-    """The rendered rows of the (virtualized) trial table, top to bottom."""
-    rows: list[dict[str, str]] = page.evaluate("""() => Array.from(document.querySelectorAll('.vt-row:not([hidden])'))
-        .sort((a, b) => a.getBoundingClientRect().top - b.getBoundingClientRect().top)
-        .map((r) => ({id: r.dataset.id, status: r.querySelector('.c-status').textContent,
-                      metric: r.querySelector('.c-metric').textContent,
-                      seq: r.querySelector('.c-seq').textContent}))""")
+ROWS_JS = """() => Array.from(document.querySelectorAll('.vt-row:not([hidden]):not(.loading)'))
+    .map((r) => ({id: r.dataset.id, status: r.querySelector('.c-status').textContent,
+                  metric: r.querySelector('.c-metric').textContent, seq: r.querySelector('.c-seq').textContent,
+                  at: Math.round(parseFloat(r.style.transform.slice(11)) / 28)}))
+    .sort((a, b) => a.at - b.at)"""
+
+
+def _rows(page: Any) -> list[dict[str, Any]]:
+    """The rendered rows of the (virtualized, paged) trial table, top to bottom (``at``: a row's place in the list)."""
+    rows: list[dict[str, Any]] = page.evaluate(ROWS_JS)
     return rows
+
+
+def _wait_ids(page: Any, ids: list[str]) -> None:
+    """Wait until the table's first rows are ``ids``, in that order (the server sorts and filters: the rows change
+    when its answer comes)."""
+    page.wait_for_function(f"(want) => JSON.stringify(({ROWS_JS})().slice(0, want.length).map((r) => r.id))"
+                           " === JSON.stringify(want)", arg=ids)
 
 
 def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None:
@@ -134,15 +145,16 @@ def test_live_trials_sort_filter_log_and_kill(tmp_path: Path, page: Any) -> None
 
         # sort by the default metric: best first (maximize), the running trial (no final result) last
         page.click(".vt-hcell[data-key=metric]")
-        rows = _rows(page)
         finals = {t.trial_id: t.final_value for t in st.trials.values() if t.final_value is not None}
-        assert [r["id"] for r in rows[:5]] == sorted(finals, key=lambda i: -(finals[i] or 0))
+        _wait_ids(page, sorted(finals, key=lambda i: -(finals[i] or 0)))
+        rows = _rows(page)
         assert rows[-1]["status"] == "RUNNING"
         page.click(".vt-hcell[data-key=metric]")
-        assert [r["id"] for r in _rows(page)[:5]] == sorted(finals, key=lambda i: finals[i] or 0)
+        _wait_ids(page, sorted(finals, key=lambda i: finals[i] or 0))
 
         # filter by status, then search by id
         page.check("input[name=status-filter][value=RUNNING]")
+        page.wait_for_function(f"() => ({ROWS_JS})().length === 1")
         rows = _rows(page)
         assert [r["status"] for r in rows] == ["RUNNING"] and rows[0]["seq"] == "0"
         running = rows[0]["id"]
@@ -288,5 +300,108 @@ def test_failed_trials_show_their_reason_in_the_table_and_the_detail(tmp_path: P
         # the log shown first is the trial's stderr, with the traceback
         page.wait_for_function("() => document.querySelector('#log-view').textContent.includes('Traceback')")
         assert page.locator("#log-tabs button.active").get_attribute("data-log") == "stderr"
+    finally:
+        assert nnix("stop", exp_id).returncode == 0
+
+
+PAGED = 2000  # trials of the paged-table test: more than the UI loads at once
+
+
+def _many(tmp_path: Path) -> tuple[str, dict[str, float], list[str]]:
+    """A finished experiment of PAGED trials recorded directly (no manager): every 10th FAILED (no metric), every
+    10th from the 5th EARLY_STOPPED, the others SUCCEEDED with a metric that is not in trial order. Returns its id,
+    the metric of each trial that has one and the trial ids in order."""
+    from nnix.core.events import MetricReported, StatusChanged, TrialCreated, TrialEnded, TrialStarted
+    from nnix.core.status import ExperimentStatus, MetricType
+    from nnix.home import STORE_NAME
+    from nnix.store.sqlite import SqliteStore
+    from nnix.testing.experiments import make_experiment
+
+    exp_id, exp_dir = make_experiment(
+        tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}}, trialCommand="true",
+        maxTrialNumber=PAGED, tuner={"name": "Random", "classArgs": {"optimize_mode": "maximize"}})
+    events: list[Any] = []
+    metrics: dict[str, float] = {}
+    ids = []
+    for i in range(PAGED):
+        tid = f"p{i:04d}"
+        ids.append(tid)
+        events += [TrialCreated(tid, i, i, {"x": i / PAGED, "opt": "ab"[i % 2]}),
+                   TrialStarted(tid, "local-env", str(exp_dir / "trials" / tid))]
+        if i % 10 == 0:
+            events.append(TrialEnded(tid, TrialStatus.FAILED, 1, "boom"))
+        elif i % 10 == 5:
+            events.append(TrialEnded(tid, TrialStatus.EARLY_STOPPED, None, "early stop"))
+        else:
+            metrics[tid] = ((i * 7919) % PAGED) / PAGED  # distinct, shuffled
+            events += [MetricReported(tid, MetricType.FINAL, 0, metrics[tid], 0),
+                       TrialEnded(tid, TrialStatus.SUCCEEDED, 0)]
+    events.append(StatusChanged(ExperimentStatus.DONE, "maxTrialNumber reached"))
+    with closing(SqliteStore(exp_dir / STORE_NAME)) as store:
+        store.append(events)
+    return exp_id, metrics, ids
+
+
+def _scroll_to(page: Any, index: int) -> None:
+    """Scroll the table so that row ``index`` is near its top, and wait until the rows there are loaded."""
+    page.evaluate("(i) => { const t = document.querySelector('#trial-table'); t.scrollTop = i * 28; }", index)
+    page.wait_for_function(f"(i) => ({ROWS_JS})().some((r) => r.at === i + 2)", arg=index)
+    page.wait_for_function("() => !document.querySelector('.vt-row.loading:not([hidden])')")
+
+
+def test_paged_table_scroll_sort_and_filter_at_2000_trials(tmp_path: Path, page: Any) -> None:
+    exp_id, metrics, ids = _many(tmp_path)
+    exp_id, url = _start("view", exp_id, "--port", "0")
+    try:
+        page.goto(url + "#/trials")
+        page.wait_for_function(f"() => document.querySelector('#trial-count').textContent === "
+                               f"'{PAGED} of {PAGED} trials'")
+        # the middle of the table, in trial order: the rows there are those trials
+        _scroll_to(page, PAGED // 2)
+        rows = _rows(page)
+        assert len(rows) >= 20
+        assert all(r["id"] == ids[r["at"]] and r["seq"] == str(r["at"]) for r in rows)
+        # sort by metric (best first: maximize) across pages: the rows in the middle are the global order's
+        page.click(".vt-hcell[data-key=metric]")
+        ranked = sorted(metrics, key=lambda t: -metrics[t]) + [t for t in ids if t not in metrics]
+        page.wait_for_function(f"(want) => ({ROWS_JS})().some((r) => r.id === want[r.at] && r.at > 100)", arg=ranked)
+        _scroll_to(page, 1300)
+        rows = _rows(page)
+        assert len(rows) >= 20 and all(r["id"] == ranked[r["at"]] for r in rows), rows[:3]
+        _scroll_to(page, PAGED - 30)  # the end: the trials without a metric, in trial order
+        rows = _rows(page)
+        assert rows[-1]["at"] == PAGED - 1 and all(r["id"] == ranked[r["at"]] for r in rows)
+        # no request loaded the whole list: the table asks for the rows in view and a margin
+        asked = page.evaluate("""() => performance.getEntriesByType('resource').map((e) => e.name)
+            .filter((n) => n.includes('/api/nnix/v1/trials?'))""")
+        assert asked and all("limit=all" not in a for a in asked)
+        assert max(int(a.split("limit=")[1].split("&")[0]) for a in asked) <= 500
+        # a status filter: its count is the overview's, and every row has that status
+        overview = page.evaluate("async () => (await fetch('/api/nnix/v1/experiment')).json()")
+        assert overview["counts"]["FAILED"] == PAGED // 10 and overview["counts"]["SUCCEEDED"] == len(metrics)
+        assert overview["best"]["id"] == ranked[0]
+        page.check("input[name=status-filter][value=FAILED]")
+        page.wait_for_function(f"() => document.querySelector('#trial-count').textContent === "
+                               f"'{overview['counts']['FAILED']} of {PAGED} trials'")
+        chip = page.inner_text("label.chip:has(input[value=FAILED])")
+        assert chip.split()[-1] == str(overview["counts"]["FAILED"])
+        page.wait_for_function(f"() => ({ROWS_JS})().length > 0 && ({ROWS_JS})().every((r) => r.status === 'FAILED')")
+        _scroll_to(page, 150)
+        rows = _rows(page)
+        failed = [t for t in ids if int(t[1:]) % 10 == 0]
+        assert all(r["id"] == failed[r["at"]] for r in rows)  # (still sorted by metric: none has one, trial order)
+        # a search with conditions, answered by the server
+        page.uncheck("input[name=status-filter][value=FAILED]")
+        _scroll_to(page, 0)
+        page.fill("#trial-search", "x>=0.5; opt=b")
+        want = [t for t in ranked if int(t[1:]) >= PAGED // 2 and int(t[1:]) % 2 == 1]
+        page.wait_for_function(f"() => document.querySelector('#trial-count').textContent === "
+                               f"'{len(want)} of {PAGED} trials'")
+        _wait_ids(page, want[:10])
+        # the overview's best and its top trials
+        page.goto(url + "#/overview")
+        page.wait_for_function("(id) => document.querySelector('#ov-best').textContent.includes(id)", arg=ranked[0])
+        page.wait_for_function("(ids) => Array.from(document.querySelectorAll('#ov-top tr td:nth-child(2)'))"
+                               ".map((c) => c.textContent).join() === ids.join()", arg=ranked[:10])
     finally:
         assert nnix("stop", exp_id).returncode == 0

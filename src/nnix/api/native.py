@@ -34,7 +34,7 @@ from nnix.api.files import open_trial_file, open_trial_file_async, serve_file
 from nnix.api.jsonstream import JSONStream
 from nnix.api.openapi import document
 from nnix.api.sse import EventStreamResponse
-from nnix.api.views import TrialQuery, overview
+from nnix.api.views import MAX_LIMIT, TrialQuery, columns_json, overview, parse_columns
 from nnix.core.state import Metric, TrialState, each_trial
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
@@ -122,12 +122,20 @@ def routes(ctx: ApiContext) -> list[Route]:
         m.request_stop()
         return JSON({"stopping": True}, status_code=202)
 
+    def trial_query(request: Request) -> TrialQuery:
+        query = TrialQuery.parse(dict(request.query_params))
+        if query.search:  # a condition's name: a final-result key or a parameter
+            tot = ctx.views.totals()
+            query.keys = (frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))
+        return query
+
     @route.get("/trials")
     async def list_trials(request: Request) -> Response:
-        query = TrialQuery.parse(dict(request.query_params))
+        query = trial_query(request)
 
         def build() -> bytes:
-            total, page = query.run(ctx.views.all())
+            got = ctx.views.page(query)  # (the first pages in trial order: no index needed)
+            total, page = got if got is not None else query.run(ctx.views.index())
             head = (f'{{"total":{total},"offset":{query.offset},"limit":'
                     f'{"null" if query.limit is None else query.limit},"seq":{m.state.last_seq},"items":[').encode()
             return head + b",".join(v.encoded for v in page) + b"]}"
@@ -141,6 +149,13 @@ def routes(ctx: ApiContext) -> list[Route]:
         key = (id(m.state), m.state.last_seq, query.statuses, query.search, query.sort, query.descending,
                query.offset, query.limit)
         return JSON(ctx.views.listing("trials", key, build))  # one build per state version and query
+
+    @route.get("/columns")
+    async def trial_columns(request: Request) -> Response:
+        names = parse_columns(request.query_params.get("fields", ""))
+        query = trial_query(request)
+        most = int_param(request, "max", MAX_LIMIT, 1, MAX_LIMIT)
+        return JSON(columns_json(ctx.views.index(), names, query, m.state.last_seq, most))
 
     @route.post("/trials")
     async def add_trial(request: Request) -> Response:

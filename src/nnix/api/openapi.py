@@ -25,6 +25,12 @@ def _param(name: str, where: str, description: str, schema: dict[str, Any] | Non
 
 
 TRIAL_ID = _param("id", "path", "Trial id (NNI's 5-character id).")
+SEARCH = _param("q", "query", "Search, parts split by ';' all to match: free text (part of a trial id or its message, "
+                              "or a Trial No.) or NAME OP VALUE (OP: > < >= <= = : !=; NAME:[a, b] a range; NAME: "
+                              "metric, status, seq, id, duration, metric:KEY, a final-result key or a parameter)")
+SORT = _param("sort", "query", "seq, id, status, metric, latest, duration, start, end, nInter, param:NAME or "
+                               "metric:KEY; prefix - for descending")
+ORDER = _param("order", "query", "asc or desc (overrides the - prefix)", {"enum": ["asc", "desc"]})
 
 SCHEMAS: dict[str, Any] = {
     "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
@@ -177,10 +183,7 @@ def document() -> dict[str, Any]:
                     "summary": "Trials: filter, search, sort, page",
                     "parameters": [
                         _param("status", "query", "Comma-separated statuses, e.g. RUNNING,WAITING"),
-                        _param("q", "query", "Search: part of a trial id, or a Trial No."),
-                        _param("sort", "query", "seq, id, status, metric, latest, duration, start, end, nInter, "
-                                                "param:NAME or metric:KEY; prefix - for descending"),
-                        _param("order", "query", "asc or desc (overrides the - prefix)", {"enum": ["asc", "desc"]}),
+                        SEARCH, SORT, ORDER,
                         _param("offset", "query", "Skip this many", {"type": "integer", "minimum": 0}),
                         _param("limit", "query", "Page size (default 100), or 'all'",
                                {"oneOf": [{"type": "integer", "minimum": 0}, {"const": "all"}]}),
@@ -195,6 +198,22 @@ def document() -> dict[str, Any]:
                     "responses": {"201": _json("Trial", "Created"), "400": _ERR, "415": _ERR},
                 },
             },
+            "/columns": {"get": {
+                "summary": "Fields of every trial a query matches, one array per field (what a chart needs)",
+                "description": ("The trials as /trials finds and sorts them (status, q, sort, order), all of them or "
+                                "at most max evenly spaced in that order (the first and last kept); numbers with 7 "
+                                "significant digits, a missing value as null."),
+                "parameters": [
+                    _param("fields", "query", "Comma-separated: seq, status, metric, latest, duration, start, end, "
+                                              "nInter, param:NAME, metric:KEY", required=True),
+                    _param("status", "query", "Comma-separated statuses, e.g. SUCCEEDED"), SEARCH, SORT, ORDER,
+                    _param("max", "query", "At most this many trials", {"type": "integer", "minimum": 1}),
+                ],
+                "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["seq", "total", "id"],
+                    "properties": {"seq": {"type": "integer"}, "total": {"type": "integer"},
+                                   "id": {"type": "array", "items": {"type": "string"}}},
+                    "additionalProperties": {"type": "array"}}}}}, "400": _ERR}}},
             "/trials/{id}": {"get": {"summary": "One trial with its metrics and log files",
                                      "parameters": [TRIAL_ID],
                                      "responses": {"200": _json("TrialDetail"), "404": _ERR}}},

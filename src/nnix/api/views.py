@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 from nnix.api.common import ApiError, dumps, ms
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState, each_trial_or_known
+from nnix.core.state import Metric, TrialState, each_trial_or_known, one_trial_or_known
 from nnix.model.metrics import scalar_value
 from nnix.model.status import MetricType, TrialStatus
 from nnix.version import __version__
@@ -121,6 +122,7 @@ class TrialViews:
         self._config: tuple[int, dict[str, Any]] | None = None
         self.overview_key: tuple[Any, ...] | None = None
         self.overview_base: dict[str, Any] | None = None
+        self._index: TrialIndex | None = None
 
     def config_json(self, config: dict[str, Any]) -> dict[str, Any]:
         if self._config is None or self._config[0] != id(config):
@@ -242,6 +244,10 @@ class TrialViews:
                         await asyncio.sleep(0)
                         deadline = clock() + WARM_SLICE
                 await asyncio.sleep(0)
+            # what a first look asks for: a sorted or filtered page of 100k trials is then a slice
+            tot = self.totals()
+            for _ in self.index().prepare((frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))):
+                await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
 
@@ -268,6 +274,42 @@ class TrialViews:
         what the caller needs) is given as that view, not read from the snapshot again (nothing changed it since,
         or it would be built); any other trial as itself (one a snapshot holds, read for this reader alone)."""
         return each_trial_or_known(self.manager.state.trials, _Ready(self._cache, ready))
+
+    def totals(self) -> dict[str, Any]:
+        """The state's overview totals (where an older snapshot lacks them: counted from the trials' views)."""
+        return self.manager.state.overview_totals(
+            lambda: ((s["status"], s["params"], s["final"]) for s in (v.summary for v in self.all())))
+
+    def index(self) -> TrialIndex:
+        """Every trial's view with the sort orders asked for, kept until the state changes."""
+        st = self.manager.state
+        version = (id(st), st.last_seq)
+        if self._index is None or self._index.version != version:
+            self._index = None  # (let the old one go first)
+            self._index = TrialIndex(self.all(), version)
+        return self._index
+
+    def page(self, query: TrialQuery) -> tuple[int, list[TrialView]] | None:
+        """A page of the trials in their order, unfiltered, without a view of the others (an index is not built
+        for it: the first page of 100k trials a snapshot holds is read at once); None for any other query."""
+        if query.statuses is not None or query.search or query.sort != "seq" or query.limit is None:
+            return None
+        idx = self._index
+        if idx is not None and idx.version == (id(self.manager.state), self.manager.state.last_seq):
+            return query.run(idx)
+        trials = self.manager.state.trials
+        n = len(trials)
+        lo, hi = (n - query.offset - query.limit, n - query.offset) if query.descending else \
+            (query.offset, query.offset + query.limit)
+        ids = list(islice(trials, max(0, lo), max(0, hi)))
+        if query.descending:
+            ids.reverse()
+        return n, [self.view_of(tid) for tid in ids]
+
+    def view_of(self, tid: str) -> TrialView:
+        """The current view of the trial ``tid`` (one a snapshot holds is not built into the state for it)."""
+        t = one_trial_or_known(self.manager.state.trials, tid, self._cache)
+        return t if isinstance(t, TrialView) else self.entry(t)
 
     def all(self) -> list[TrialView]:
         """Every trial's view, in order. A trial a snapshot holds is not built into the state for it: it is read
@@ -322,6 +364,7 @@ class TrialQuery:
     descending: bool = False
     offset: int = 0
     limit: int | None = 100
+    keys: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # (final-result names, parameters)
 
     @classmethod
     def parse(cls, params: dict[str, str]) -> TrialQuery:
@@ -372,8 +415,19 @@ class TrialQuery:
         if self.statuses is not None and s["status"] not in self.statuses:
             return False
         if self.search:
-            return self.search in s["id"].lower() or self.search == str(s["seq"])
+            return all(c(s) for c in self.conditions())
         return True
+
+    def conditions(self, now_ms: int | None = None) -> list[Callable[[dict[str, Any]], bool]]:
+        """``q`` as tests of a summary, all to pass: parts split by ``;``, each free text (part of the id, the
+        Trial No., part of the message) or a condition ``NAME OP VALUE`` (OP one of > < >= <= = : != and
+        ``NAME:[a, b]`` a closed range; NAME a summary field, ``metric:KEY``, a final-result key or a parameter)."""
+        out = []
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        for part in (p.strip() for p in self.search.split(";")):
+            if part:
+                out.append(_condition(part, now, self.keys))
+        return out
 
     def sort_key(self, now_ms: int) -> Callable[[dict[str, Any]], Any]:
         """A key putting missing values last whatever the direction (the direction is applied after)."""
@@ -387,9 +441,7 @@ class TrialQuery:
 
         if field == "duration":
             def key(s: dict[str, Any]) -> Any:
-                if s["duration"] is not None:
-                    return wrap(s["duration"])
-                return wrap(None if s["start"] is None else (now_ms - s["start"]) / 1000)
+                return wrap(_duration(s, now_ms))
             return key
         if field.startswith("param:"):
             name = field[6:]
@@ -405,20 +457,348 @@ class TrialQuery:
             mkey = field[7:]
 
             def mkey_fn(s: dict[str, Any]) -> Any:
-                f = s["final"]
-                v = f.get(mkey) if isinstance(f, dict) else (f if mkey == "default" else None)
-                return wrap(v if isinstance(v, (int, float)) and not isinstance(v, bool) else None)
+                v = _final_key(s, mkey)
+                return wrap(v)
             return mkey_fn
         return lambda s: wrap(s[field])
 
-    def run(self, rows: Iterable[TrialView]) -> tuple[int, list[TrialView]]:
-        """Total matching, and the requested page, sorted."""
-        hits = [v for v in rows if self.matches(v.summary)]
+    def run(self, rows: Iterable[TrialView] | TrialIndex) -> tuple[int, list[TrialView]]:
+        """Total matching, and the requested page, sorted (from ``rows``' kept orders where it is an index)."""
+        end = None if self.limit is None else self.offset + self.limit
+        if isinstance(rows, TrialIndex):
+            hits = rows.matching(self)
+            return len(hits), [rows.views[i] for i in hits[self.offset:end]]
+        views = [v for v in rows if self.matches(v.summary)]
         if self.sort != "seq" or self.descending:
             key = self.sort_key(int(time.time() * 1000))
-            hits.sort(key=lambda v: key(v.summary), reverse=self.descending)
-        end = None if self.limit is None else self.offset + self.limit
-        return len(hits), hits[self.offset:end]
+            views.sort(key=lambda v: key(v.summary), reverse=self.descending)
+        return len(views), views[self.offset:end]
+
+
+def _duration(s: dict[str, Any], now_ms: int) -> float | None:
+    if s["duration"] is not None:
+        return s["duration"]  # type: ignore[no-any-return]
+    return None if s["start"] is None else (now_ms - s["start"]) / 1000
+
+
+def _final_key(s: dict[str, Any], key: str) -> float | None:
+    f = s["final"]
+    v = f.get(key) if isinstance(f, dict) else (f if key == "default" else None)
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+_CONDITION = re.compile(r"^([\w.\-:]+)\s*(>=|<=|!=|≠|>|<|=|:)\s*(.+)$")
+_RANGE = re.compile(r"^\[\s*([^,]+),\s*([^\]]+)\]$")
+
+
+def _getter(name: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]) -> Callable[[dict[str, Any]], Any]:
+    n = name.lower()
+    if n in ("metric", "default"):
+        return lambda s: s["metric"]
+    if n == "status":
+        return lambda s: s["status"]
+    if n in ("no", "seq", "trial"):
+        return lambda s: s["seq"]
+    if n == "id":
+        return lambda s: s["id"]
+    if n == "duration":
+        return lambda s: _duration(s, now_ms)
+    if name.startswith("metric:"):
+        return lambda s: _final_key(s, name[7:])
+    if name in keys[0] and name not in keys[1]:
+        return lambda s: _final_key(s, name)
+    return lambda s: s["params"].get(name) if isinstance(s["params"], dict) else None
+
+
+def _number(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def _condition(part: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]
+               ) -> Callable[[dict[str, Any]], bool]:
+    """One part of a search (see :meth:`TrialQuery.conditions`), as the web UI reads it."""
+    m = _CONDITION.match(part)
+    if m is None:
+        q = part.lower()
+        return lambda s: q in s["id"].lower() or q == str(s["seq"]) or q in (s["message"] or "").lower()
+    name, op, raw = m.groups()
+    get = _getter(name, now_ms, keys)
+    rng = _RANGE.match(raw)
+    if rng is not None:
+        lo, hi = _number(rng[1]), _number(rng[2])
+        if lo is None or hi is None:
+            return lambda s: False
+        return lambda s: _is_num(v := get(s)) and lo <= v <= hi
+    num = _number(raw.strip())
+    low = raw.strip().lower()
+
+    def eq(v: Any) -> bool:
+        return v == num if num is not None and _is_num(v) else _text(v).lower() == low
+
+    def test(s: dict[str, Any]) -> bool:
+        v = get(s)
+        if v is None:
+            return op in ("!=", "≠")
+        if op in ("!=", "≠"):
+            return not eq(v)
+        if op in ("=", ":"):
+            return eq(v)
+        if num is None or not _is_num(v):
+            return False
+        return bool(v > num if op == ">" else v < num if op == "<" else v >= num if op == ">=" else v <= num)
+    return test
+
+
+class _Column:
+    """One field of every trial of an index, as arrays: its numbers (NaN where it is not one), which are numbers
+    (not booleans), which are missing, and (made when first needed) its text in lower case."""
+
+    __slots__ = ("isnone", "isnum", "nums", "raw", "texts")
+
+    def __init__(self, raw: list[Any]) -> None:
+        import numpy as np
+
+        n, nan = len(raw), math.nan
+        self.raw = raw
+        self.isnone = np.fromiter((v is None for v in raw), bool, n)
+        self.isnum = np.fromiter((type(v) is float or type(v) is int or _is_num(v) for v in raw), bool, n)
+        self.nums = np.fromiter((v if type(v) is float else float(v) if self.isnum[i] else nan
+                                 for i, v in enumerate(raw)), float, n)
+        self.texts: Any = None
+
+    def text(self) -> Any:
+        import numpy as np
+
+        if self.texts is None:
+            self.texts = np.array([None if v is None else _text(v).lower() for v in self.raw], dtype=object)
+        return self.texts
+
+
+_STATUS_CODES = {s.value: i for i, s in enumerate(TrialStatus)}
+_NUMERIC_SORTS = ("seq", "metric", "latest", "duration", "start", "end", "nInter")
+
+
+class TrialIndex:
+    """Every trial's view of one state version, in order, with what a query of them needs kept: the orders asked
+    for (per sort key and direction: a page of a sorted list of 100k trials is a slice, not a sort), the fields a
+    search tested (as arrays: a condition is tested on every trial at once) and the last few filtered lists."""
+
+    def __init__(self, views: list[TrialView], version: Any) -> None:
+        self.views, self.version = views, version
+        self.summaries = [v.summary for v in views]
+        self.orders: dict[tuple[str, bool], Any] = {}
+        self.hits: dict[tuple[Any, ...], Any] = {}
+        self.columns: dict[tuple[Any, ...], bytes] = {}
+        self._fields: dict[tuple[str, bool], _Column] = {}
+        self._status: Any = None
+        self._text: Any = None
+
+    def prepare(self, keys: tuple[frozenset[str], frozenset[str]]) -> Iterator[None]:
+        """Make ahead (a step per field: the caller may yield between them) what the first look at a big
+        experiment asks for: the orders by metric both ways, the trials' statuses, the parameters' and final
+        results' fields."""
+        import numpy as np
+
+        for desc in (False, True):
+            self.order(TrialQuery(sort="metric", descending=desc))
+            yield
+        self._status = np.fromiter((_STATUS_CODES[s["status"]] for s in self.summaries), np.int8,
+                                   len(self.summaries))
+        now = int(time.time() * 1000)
+        for name in [*keys[1], *keys[0]]:
+            self.field(name, now, keys)
+            yield
+
+    def field(self, name: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]) -> _Column:
+        """The field ``name`` of a search condition (see :func:`_getter`) as arrays (kept, but for durations)."""
+        final = name in keys[0] and name not in keys[1]
+        hit = self._fields.get((name, final))
+        if hit is None:
+            get = _getter(name, now_ms, keys)
+            hit = _Column([get(s) for s in self.summaries])
+            if name.lower() != "duration":
+                self._fields[(name, final)] = hit
+        return hit
+
+    def order(self, query: TrialQuery) -> Any:
+        """The positions of every trial in the order of ``query`` (an array; missing values last both ways)."""
+        import numpy as np
+
+        if query.sort == "seq" and not query.descending:
+            return np.arange(len(self.views))
+        key = (query.sort, query.descending)
+        hit = self.orders.get(key)
+        if hit is None:
+            now = int(time.time() * 1000)
+            col = None
+            if query.sort in _NUMERIC_SORTS or query.sort.startswith("metric:"):
+                field = query.sort if query.sort.startswith("metric:") or query.sort == "duration" else ""
+                col = self.field(field, now, query.keys) if field else _Column([s[query.sort] for s in self.summaries])
+            elif query.sort.startswith("param:"):
+                col = self.field(query.sort[6:], now, (frozenset(), frozenset()))
+                if not bool((col.isnum | col.isnone).all()):
+                    col = None  # text among them: sorted as text after the numbers (below)
+            if col is not None:  # (stable: ties in trial order, NaN last)
+                hit = np.argsort(-col.nums if query.descending else col.nums, kind="stable")
+            else:
+                sk = query.sort_key(now)
+                summaries = self.summaries
+                hit = np.array(sorted(range(len(summaries)), key=lambda i: sk(summaries[i]), reverse=query.descending),
+                               dtype=np.int64)
+            if query.sort != "duration":  # (running trials' durations grow with the clock)
+                self.orders[key] = hit
+        return hit
+
+    def mask(self, query: TrialQuery) -> Any:
+        """Which trials (by position) ``query``'s status filter and search let through."""
+        import numpy as np
+
+        n = len(self.summaries)
+        out = np.ones(n, bool)
+        if query.statuses is not None:
+            if self._status is None:
+                self._status = np.fromiter((_STATUS_CODES[s["status"]] for s in self.summaries), np.int8, n)
+            out &= np.isin(self._status, [_STATUS_CODES[x] for x in query.statuses])
+        now = int(time.time() * 1000)
+        for part in (p.strip() for p in query.search.split(";")):
+            if part:
+                out &= self._condition(part, now, query.keys)
+        return out
+
+    def _condition(self, part: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]) -> Any:
+        """:func:`_condition` tested on every trial at once."""
+        import numpy as np
+
+        n = len(self.summaries)
+        m = _CONDITION.match(part)
+        if m is None:  # free text: part of the id or the message, or the Trial No.
+            q = part.lower()
+            if self._text is None:
+                self._text = (np.array([s["id"].lower() for s in self.summaries], dtype=str),
+                              np.array([(s["message"] or "").lower() for s in self.summaries], dtype=str),
+                              np.fromiter((s["seq"] for s in self.summaries), np.int64, n))
+            ids, messages, seqs = self._text
+            out = (np.char.find(ids, q) >= 0) | (np.char.find(messages, q) >= 0)
+            if q.isdigit() and q == str(int(q)):
+                out |= seqs == int(q)
+            return out
+        name, op, raw = m.groups()
+        col = self.field(name, now_ms, keys)
+        rng = _RANGE.match(raw)
+        if rng is not None:
+            lo, hi = _number(rng[1]), _number(rng[2])
+            if lo is None or hi is None:
+                return np.zeros(n, bool)
+            return col.isnum & (col.nums >= lo) & (col.nums <= hi)
+        num = _number(raw.strip())
+        if op in ("=", ":", "!=", "≠"):
+            if num is None:
+                eq = col.text() == raw.strip().lower()
+            else:
+                eq = np.where(col.isnum, col.nums == num, col.text() == raw.strip().lower())
+            eq &= ~col.isnone
+            return eq if op in ("=", ":") else ~eq
+        if num is None:
+            return np.zeros(n, bool)
+        test = {">": np.greater, "<": np.less, ">=": np.greater_equal, "<=": np.less_equal}[op]
+        return col.isnum & test(col.nums, num)
+
+    def matching(self, query: TrialQuery) -> Any:
+        """The positions of the trials ``query`` matches, in its order."""
+        order = self.order(query)
+        if query.statuses is None and not query.search:
+            return order
+        key = (query.sort, query.descending, query.statuses, query.search)
+        hit = self.hits.get(key)
+        if hit is None:
+            hit = order[self.mask(query)[order]]
+            if query.sort != "duration" and not (query.search and "duration" in query.search.lower()):
+                if len(self.hits) >= 8:
+                    self.hits.pop(next(iter(self.hits)))
+                self.hits[key] = hit
+        return hit
+
+
+# --- columns (what a chart of every trial needs) -------------------------------------------------------
+
+COLUMN_FIELDS = ("seq", "status", "metric", "latest", "duration", "start", "end", "nInter")
+MAX_COLUMNS = 64
+
+
+def parse_columns(raw: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(x.strip() for x in raw.split(",") if x.strip()))
+    if not names or len(names) > MAX_COLUMNS:
+        raise ApiError(400, f"fields must name 1 to {MAX_COLUMNS} of {', '.join(COLUMN_FIELDS)}, param:NAME or "
+                            "metric:KEY (comma-separated)")
+    bad = [n for n in names if n not in COLUMN_FIELDS and not n.startswith(("param:", "metric:"))]
+    if bad:
+        raise ApiError(400, f"unknown field {bad[0]!r}: one of {', '.join(COLUMN_FIELDS)}, param:NAME or metric:KEY")
+    return names
+
+
+def _column(values: list[Any]) -> bytes:
+    """A JSON array; numbers with 7 significant digits (what a chart shows), non-finite ones as null."""
+    out = []
+    for v in values:
+        if v is None or v is True or v is False:
+            out.append("null" if v is None else ("true" if v else "false"))
+        elif type(v) is int:
+            out.append(str(v))
+        elif type(v) is float:
+            out.append(format(v, ".7g") if math.isfinite(v) else "null")
+        else:
+            out.append(dumps(v).decode())
+    return ("[" + ",".join(out) + "]").encode()
+
+
+def columns_json(index: TrialIndex, names: tuple[str, ...], query: TrialQuery, seq: int, most: int | None = None
+                 ) -> bytes:
+    """The ids and the named fields of the trials ``query`` matches, in its order, one array per field (a chart of
+    100k trials needs these, not their whole summaries); ``most``: at most that many, evenly spaced in that order
+    (the first and the last kept; ``total`` says how many matched)."""
+    key = ("columns", names, query.sort, query.descending, query.statuses, query.search, most)
+    hit = index.columns.get(key)
+    if hit is not None:
+        return hit
+    order = index.matching(query)
+    total = len(order)
+    if most is not None and total > most:
+        order = [order[round(k * (total - 1) / (most - 1))] for k in range(most)] if most > 1 else [order[0]]
+    rows = [index.views[i].summary for i in order]
+    now = int(time.time() * 1000)
+    parts = [b'{"seq":', str(seq).encode(), b',"total":', str(total).encode(), b',"id":',
+             dumps([s["id"] for s in rows])]
+    for name in names:
+        if name == "duration":
+            values = [_duration(s, now) for s in rows]
+        elif name.startswith("param:"):
+            p = name[6:]
+            values = [s["params"].get(p) if isinstance(s["params"], dict) else None for s in rows]
+        elif name.startswith("metric:"):
+            values = [_final_key(s, name[7:]) for s in rows]
+        else:
+            values = [s[name] for s in rows]
+        parts += [b",", dumps(name), b":", _column(values)]
+    data = b"".join(parts) + b"}"
+    if "duration" not in names and query.sort != "duration":
+        if len(index.columns) >= 4:
+            index.columns.pop(next(iter(index.columns)))
+        index.columns[key] = data
+    return data
 
 
 # --- overview --------------------------------------------------------------------------------------
@@ -434,26 +814,18 @@ def _config_json(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: bool) -> dict[str, Any]:
-    """Everything in the overview but the clock; one pass over the cached trial summaries."""
+    """Everything in the overview but the clock; the totals are the state's (no trial summary is read)."""
     st = manager.state
     config = dict(views.config_json(st.config))
     config["searchSpace"] = st.limits.get("search_space")
     counts = {s.value: 0 for s in TrialStatus if s is not TrialStatus.UNKNOWN}
-    maximize = st.direction == "maximize"
-    best: dict[str, Any] | None = None
-    metric_keys: dict[str, None] = {}
-    param_keys: dict[str, None] = {}
-    for v in views.all():
-        s = v.summary
-        counts[s["status"]] = counts.get(s["status"], 0) + 1
-        m = s["metric"]
-        if m is not None and (best is None or (m > best["metric"] if maximize else m < best["metric"])):
-            best = {"id": s["id"], "seq": s["seq"], "metric": m}
-        f = s["final"]
-        if isinstance(f, dict):
-            metric_keys.update(dict.fromkeys(f))
-        if isinstance(s["params"], dict):
-            param_keys.update(dict.fromkeys(s["params"]))
+    tot = views.totals()  # kept by the fold: no trial is read for them
+    for name, n in tot["counts"].items():
+        if n:
+            counts[name] = n
+    b = tot["best"]
+    best = None if b is None else {"id": b[0], "seq": b[1], "metric": b[2]}
+    metric_keys, param_keys = tot["metricKeys"], tot["paramKeys"]
     limits = st.limits
     return {
         "id": st.experiment_id,

@@ -177,6 +177,9 @@ class ExperimentState:
     session_start: float | None = None
     session_last: float | None = None
     counting: bool = False
+    # the overview's totals kept as the fold goes (see Totals); None: not kept (a snapshot older than them) until
+    # first asked for (:meth:`overview_totals` counts them then)
+    totals: dict[str, Any] | None = field(default_factory=lambda: new_totals())
 
     def __post_init__(self) -> None:
         # the snapshot records (and final values) of ended trials as last encoded (see encode_snapshot),
@@ -249,6 +252,72 @@ class ExperimentState:
     def limit(self, name: str) -> Any:
         return self.limits.get(name)
 
+    def overview_totals(self, rows: Callable[[], Iterable[tuple[str, Any, Any]]] | None = None) -> dict[str, Any]:
+        """Trials by status, the best one, the final-result and parameter names seen: kept by the fold (and in the
+        snapshot), so a viewer reads no trial for them; counted once from the trials where the state does not keep
+        them yet (an older snapshot): from ``rows()`` where given (every trial's status value, parameters and final
+        result, as a reader keeps them), else by reading every trial; the best found again where the best trial
+        lost its final result."""
+        tot = self.totals
+        if tot is None:
+            tot = new_totals()
+            counts = tot["counts"]
+            each = rows() if rows is not None else ((t.status.value, t.params, None if (f := t.final) is None
+                                                     else f.value) for t in each_trial(self.trials))
+            for status, params, final in each:
+                counts[status] = counts.get(status, 0) + 1
+                self._keys(params, tot["paramKeys"])
+                self._keys(final, tot["metricKeys"])
+            tot["best"], tot["dirty"] = None, True
+            self.totals = tot
+        if tot["dirty"]:
+            best = self.best_trial()
+            tot["best"] = None if best is None else [best.trial_id, best.sequence_id, best.final_value]
+            tot["dirty"] = False
+        return tot
+
+    def _count(self, old: TrialStatus | None, new: TrialStatus) -> None:
+        tot = self.totals
+        if tot is None or old is new:
+            return
+        counts = tot["counts"]
+        if old is not None:
+            counts[old.value] = counts.get(old.value, 0) - 1
+        counts[new.value] = counts.get(new.value, 0) + 1
+
+    @staticmethod
+    def _keys(value: Any, into: dict[str, None]) -> None:
+        if isinstance(value, dict) and len(into) < MAX_TOTAL_KEYS:
+            for k in value:
+                if k not in into and isinstance(k, str):
+                    into[k] = None
+
+    def _final_seen(self, t: TrialState, before: float | None) -> None:
+        """``t`` got a final result (its scalar value before it: ``before``): the best one kept current."""
+        tot = self.totals
+        if tot is None:
+            return
+        f = t.final
+        if f is not None:
+            self._keys(f.value, tot["metricKeys"])
+        if tot["dirty"]:
+            return
+        v, best = t.final_value, tot["best"]
+        if best is not None and best[0] == t.trial_id and (v is None or v != before):
+            tot["dirty"] = True  # the best one changed its result: found again when asked
+        elif v is not None and (best is None or self._better(v, t.sequence_id, best[2], best[1])):
+            tot["best"] = [t.trial_id, t.sequence_id, v]
+
+    def _better(self, v: float, seq: int, than: float, than_seq: int) -> bool:
+        if v == than:
+            return seq < than_seq
+        return v > than if self.direction == "maximize" else v < than
+
+    def _lost_final(self, t: TrialState) -> None:
+        tot = self.totals
+        if tot is not None and tot["best"] is not None and tot["best"][0] == t.trial_id:
+            tot["dirty"] = True
+
     # --- the fold ----------------------------------------------------------------------------
     def apply(self, stored: Stored) -> None:
         e: ev.Event = stored.event
@@ -291,11 +360,15 @@ class ExperimentState:
                 created_at=ts,
                 loader=self.loader,
             )
+            if self.totals is not None:
+                self._count(None, TrialStatus.WAITING)
+                self._keys(e.params, self.totals["paramKeys"])
             self.next_sequence_id = max(self.next_sequence_id, e.sequence_id + 1)
             if e.parameter_id is not None:
                 self.next_parameter_id = max(self.next_parameter_id, e.parameter_id + 1)
         elif isinstance(e, ev.TrialStarted):
             t = self.trials[e.trial_id]
+            self._count(t.status, TrialStatus.RUNNING)
             t.status = TrialStatus.RUNNING
             t.started_at = ts
             t.environment_id, t.output_dir, t.pid, t.pid_start = e.environment_id, e.output_dir, e.pid, e.pid_start
@@ -306,6 +379,7 @@ class ExperimentState:
             self.trials[e.trial_id].cancel_reason = e.reason
         elif isinstance(e, ev.TrialEnded):
             t = self.trials[e.trial_id]
+            self._count(t.status, e.status)
             t.status, t.exit_code, t.message, t.ended_at = e.status, e.exit_code, e.message, ts
             if self.loader is not None and t.held is not None:
                 if self.held_ended + len(t.held) > HOLD_ENDED_METRICS:
@@ -314,6 +388,9 @@ class ExperimentState:
                     self.held_ended += len(t.held)
         elif isinstance(e, ev.TrialRequeued):
             t = self.trials[e.trial_id]
+            self._count(t.status, TrialStatus.WAITING)
+            if t.final_m is not None or t.held:
+                self._lost_final(t)
             t.status, t.message = TrialStatus.WAITING, e.reason
             t.started_at = t.environment_id = t.output_dir = t.pid = t.pid_start = t.gpus = None
             t.reset_series()  # the new attempt's channel counts lines from 0 again
@@ -333,7 +410,13 @@ class ExperimentState:
         """One metric of a trial (its parameter id is the trial's: not repeated per metric)."""
         if self.encoded:
             self.encoded.pop(trial_id, None)
-        self.trials[trial_id].add_metric(Metric(mtype, sequence, value, ts, index))
+        t = self.trials[trial_id]
+        if mtype is MetricType.FINAL and self.totals is not None:
+            before = t.final_value
+            t.add_metric(Metric(mtype, sequence, value, ts, index))
+            self._final_seen(t, before)
+        else:
+            t.add_metric(Metric(mtype, sequence, value, ts, index))
 
     def apply_metric_row(self, seq: int, ts: float, row: list[Any]) -> None:
         """Fold a stored metric row (see :func:`nnix.model.events.metric_row`) without building the
@@ -371,6 +454,25 @@ class ExperimentState:
             self.closed_elapsed += max(0.0, (self.session_last or self.session_start) - self.session_start)
         self.session_start = None
         self.session_last = None
+
+
+MAX_TOTAL_KEYS = 1000  # final-result and parameter names kept in the totals at most
+
+
+def new_totals() -> dict[str, Any]:
+    """Empty overview totals (JSON: they go in the snapshot's head): trials by status, the best trial as
+    [id, sequence id, value] (``dirty``: to be found again), the final-result and parameter names seen."""
+    return {"counts": {}, "best": None, "dirty": False, "metricKeys": {}, "paramKeys": {}}
+
+
+def _totals_ok(tot: Any) -> bool:
+    if not isinstance(tot, dict) or set(tot) != {"counts", "best", "dirty", "metricKeys", "paramKeys"}:
+        return False
+    best = tot["best"]
+    return (isinstance(tot["counts"], dict) and all(isinstance(v, int) for v in tot["counts"].values())
+            and isinstance(tot["metricKeys"], dict) and isinstance(tot["paramKeys"], dict)
+            and isinstance(tot["dirty"], bool)
+            and (best is None or (isinstance(best, list) and len(best) == 3 and isinstance(best[0], str))))
 
 
 def finite_scalar(value: Any) -> float | None:
@@ -764,6 +866,19 @@ class _SeriesChunk:
         return values
 
 
+def one_trial_or_known(trials: dict[str, TrialState], tid: str, known: Mapping[str, _T]) -> TrialState | _T:
+    """The trial ``tid`` as :func:`each_trial_or_known` gives it (one a snapshot holds: ``known[tid]``, or read for
+    the caller alone); KeyError where there is none."""
+    src = trials.source if isinstance(trials, TrialTable) else None
+    if src is None:
+        return trials[tid]
+    t = _slot(trials, tid)
+    if type(t) is not int:
+        return t  # type: ignore[no-any-return]
+    hit = known.get(tid)
+    return hit if hit is not None else src.build(t, keep=False)
+
+
 def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
     """``state`` as snapshot bytes: the body, a small JSON head (the experiment, its trial ids, section sizes) then
     the trial ids, the byte offsets of their records, their final values and the offsets of their intermediate
@@ -897,6 +1012,8 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None, p
                          f"{len(values) / 8:.0f} values")
     state = ExperimentState(**{key: v for key, v in head.items() if key != "status"})
     state.status = ExperimentStatus(head["status"])
+    if not _totals_ok(head.get("totals")):  # a snapshot older than them: counted when first asked for
+        state.totals = None
     state.loader, state.trial_log = loader, trial_log
     source = _Source(ids, records, starts, finals, at, values, loader, state.encoded, trial_log)
     table = TrialTable(ids, source if k else None)

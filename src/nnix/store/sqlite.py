@@ -202,12 +202,13 @@ class _Part:
                             or len(data) != min(self.chunk, self.size - k * self.chunk):
                         raise SnapshotDamaged(f"snapshot chunk {self.first + k} of generation {self.gen} in "
                                               f"{self.path} is {'gone' if data is None else 'damaged'}")
-                if len(missing) <= PART_CACHE // 2:  # (a long read is not kept)
-                    for k in missing:
-                        cache[k] = got[k]
-                    while len(cache) > PART_CACHE:
-                        cache.pop(next(iter(cache)))
-            return [cache[k] if k in cache else got[k] for k in range(a, b + 1)]
+            out = [cache[k] if k in cache else got[k] for k in range(a, b + 1)]  # (before the cache lets any go)
+            if missing and len(missing) <= PART_CACHE // 2:  # (a long read is not kept)
+                for k in missing:
+                    cache[k] = got[k]
+                while len(cache) > PART_CACHE:
+                    cache.pop(next(iter(cache)))
+            return out
 
 
 def check_store_file(path: Path) -> None:

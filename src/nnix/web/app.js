@@ -1,5 +1,7 @@
 // The nnix web UI: plain modern JavaScript (ES modules), no build step.
-// Data: a snapshot from the native API (/api/nnix/v1), then live updates over server-sent events.
+// Data: the overview from the native API (/api/nnix/v1), then live updates over server-sent events. Trials are
+// not all loaded: the table asks the server for the rows in view (sorted and filtered there), the charts for the
+// columns they draw (/columns); S.trials keeps the trials seen (rows, live updates) by id.
 import * as C from './charts.js';
 import { VTable, esc } from './table.js';
 
@@ -15,7 +17,7 @@ const S = {
   loading: null, buffered: [], live: false, es: null,
   sel: new Set(), curves: new Map(), curveKey: '', page: null, pageName: '',
 };
-window.__nnix = { tablePaint: null, parcoordsPaint: null, S };
+window.__nnix = { tablePaint: null, parcoordsPaint: null, settled: 0, S };
 
 // ---- API -----------------------------------------------------------------------------------------
 function initToken() {
@@ -159,6 +161,7 @@ function setExp(exp) {
   S.exp = exp; S.expAt = Date.now();
   document.body.classList.toggle('readonly', !!exp.readOnly);
   $('#ro-badge').hidden = !exp.readOnly;
+  for (const id of ['ed-concurrency', 'ed-maxtrials', 'ed-duration']) { const el = $('#' + id); if (el) el.disabled = !!exp.readOnly; }
   $('#exp-name').textContent = exp.name || 'experiment';
   $('#exp-id').textContent = exp.id;
   const b = $('#exp-status');
@@ -168,9 +171,9 @@ function setExp(exp) {
 }
 
 async function loadSnapshot() {
-  const [exp, page] = await Promise.all([api('/experiment'), api('/trials?limit=all')]);
-  S.trials = new Map(page.items.map((t) => [t.id, t]));
-  S.seq = page.seq;
+  if (S.page && S.page.prefetch) S.page.prefetch();  // (the rows in view: asked for with the overview, not after it)
+  const exp = await api('/experiment');
+  S.seq = exp.seq;
   setExp(exp);
   const buffered = S.buffered; S.buffered = [];
   for (const msg of buffered) if (msg.seq > S.seq) applyUpdate(msg);
@@ -254,26 +257,53 @@ function markPaint(field, name) {
   }, 0));
 }
 
-// ---- derived data --------------------------------------------------------------------------------
-function allTrials() { return Array.from(S.trials.values()); }
+// ---- derived data (from the server: pages and columns) -----------------------------------------
+const bigExp = () => !!S.exp && S.exp.total > 2000;
+const bestFirst = () => (maximize() ? '-metric' : 'metric');
 
-function scored(list) {
-  const out = list.filter((t) => t.status === 'SUCCEEDED' && t.metric !== null && t.metric !== undefined);
-  const sign = maximize() ? -1 : 1;
-  out.sort((a, b) => sign * (a.metric - b.metric) || a.seq - b.seq);
-  return out;
+function remember(items) { for (const t of items) S.trials.set(t.id, t); return items; }
+
+// a page of trials as the server sorts and filters them; each is remembered by id
+async function trialPage(query) {
+  const page = await api('/trials?' + new URLSearchParams(query).toString());
+  remember(page.items);
+  return page;
 }
 
-function metricScatter(trials) {
-  const pts = trials.filter((t) => t.status === 'SUCCEEDED' && t.metric !== null).sort((a, b) => a.seq - b.seq);
-  const points = pts.map((t) => ({ x: t.seq, y: t.metric, id: t.id, t }));
+// the columns a chart of every trial needs: { id: [...], field: [...], total }; one request per state version
+// and query (a second caller of the same waits for the first's answer)
+const columnCache = new Map();
+function columns(fields, query = {}) {
+  const q = new URLSearchParams({ fields: fields.join(','), ...query }).toString();
+  const hit = columnCache.get(q);
+  if (hit && hit.version === S.version) return hit.promise;
+  const promise = api('/columns?' + q);
+  columnCache.set(q, { version: S.version, promise });
+  promise.catch(() => columnCache.delete(q));
+  return promise;
+}
+
+// the best-so-far line is exact: every succeeded trial's metric (as numbers, a few bytes each) is sent
+async function metricScatter() {
+  const c = await columns(['seq', 'metric'], { status: 'SUCCEEDED' });
+  const points = [];
+  for (let i = 0; i < c.id.length; i++) {
+    const y = c.metric[i];
+    if (y !== null) points.push({ x: c.seq[i], y, id: c.id[i], t: { id: c.id[i], seq: c.seq[i], status: 'SUCCEEDED', metric: y } });
+  }
   const best = [];
   let cur = null;
   for (const p of points) if (cur === null || better(p.y, cur)) { cur = p.y; best.push([p.x, p.y]); }
   return { points, best };
 }
 
+// the n best succeeded trials, best first
+async function topTrials(n) {
+  return (await trialPage({ status: 'SUCCEEDED', sort: bestFirst(), limit: n })).items.filter((t) => t.metric !== null);
+}
+
 function describeTrial(t) {
+  t = S.trials.get(t.id) || t;
   const lines = [`Trial #${t.seq}  ${t.id}  ${t.status}`, `metric: ${C.fmt(t.metric)}`];
   for (const [k, v] of Object.entries(t.params || {}).slice(0, 10)) lines.push(`${k}: ${typeof v === 'number' ? C.fmt(v) : JSON.stringify(v)}`);
   return lines.join('\n');
@@ -391,11 +421,16 @@ const overview = {
     this.clock();
     if (this.lastVersion !== S.version) {
       const now = performance.now();
-      if (now - this.lastDraw < 800 && S.trials.size > 2000) { setTimeout(changed, 800); return; }
+      if (now - this.lastDraw < 800 && bigExp()) { clearTimeout(this.later); this.later = setTimeout(changed, 800); return; }
       this.lastVersion = S.version; this.lastDraw = now;
-      const trials = allTrials();
-      this.chart = C.scatter($('#ov-scatter'), { ...metricScatter(trials), xLabel: 'Trial No.', yLabel: 'default metric', emptyText: 'No succeeded trial yet' });
-      const top = scored(trials).slice(0, 10);
+      this.draw().catch((err) => toast('Cannot load the trials: ' + err.message, 'error'));
+    }
+  },
+  async draw() {
+    const [scatter, top] = await Promise.all([metricScatter(), topTrials(10)]);
+    if (S.page !== overview || !$('#ov-scatter')) return;
+    this.chart = C.scatter($('#ov-scatter'), { ...scatter, xLabel: 'Trial No.', yLabel: 'default metric', emptyText: 'No succeeded trial yet' });
+    {
       $('#ov-top').innerHTML = top.length ? `<table class="plain"><tr><th>Trial No.</th><th>ID</th><th>Status</th><th>Duration</th><th>Default metric</th><th>Parameters</th></tr>
         ${top.map((t) => `<tr><td>${t.seq}</td><td><a href="#/trial/${esc(t.id)}">${esc(t.id)}</a></td><td class="st st-${t.status}">${t.status}</td>
         <td>${fmtDur(durationOf(t))}</td><td class="num">${esc(C.fmt(t.metric))}</td><td class="mono">${esc(JSON.stringify(t.params))}</td></tr>`).join('')}</table>`
@@ -414,61 +449,9 @@ function humanSeconds(s) {
 // ---- Trials page ---------------------------------------------------------------------------------
 const COLS_KEY = 'nnix_columns';
 
-function searchFilter(text) {
-  // free text: part of an id or a Trial No.; or conditions `name>v; name<v; name=v; name:[a,b]` (AND)
-  const conds = [];
-  for (const part of text.split(';').map((x) => x.trim()).filter(Boolean)) {
-    const m = part.match(/^([\w.\-:]+)\s*(>=|<=|!=|≠|>|<|=|:)\s*(.+)$/);
-    if (!m) { const q = part.toLowerCase(); conds.push((t) => t.id.toLowerCase().includes(q) || String(t.seq) === q || (t.message || '').toLowerCase().includes(q)); continue; }
-    const [, name, op, rawv] = m;
-    const get = fieldGetter(name);
-    const range = rawv.match(/^\[\s*([^,]+),\s*([^\]]+)\]$/);
-    if (range) { const a = Number(range[1]), b = Number(range[2]); conds.push((t) => { const v = get(t); return typeof v === 'number' && v >= a && v <= b; }); continue; }
-    const num = Number(rawv);
-    const isNum = rawv.trim() !== '' && Number.isFinite(num);
-    const eq = (v) => (isNum && typeof v === 'number' ? v === num : String(v).toLowerCase() === rawv.trim().toLowerCase());
-    conds.push((t) => {
-      const v = get(t);
-      if (v === null || v === undefined) return op === '!=' || op === '≠';
-      switch (op) {
-        case '>': return v > num; case '<': return v < num; case '>=': return v >= num; case '<=': return v <= num;
-        case '!=': case '≠': return !eq(v);
-        default: return eq(v);
-      }
-    });
-  }
-  return (t) => conds.every((f) => f(t));
-}
-
-function fieldGetter(name) {
-  const n = name.toLowerCase();
-  if (n === 'metric' || n === 'default') return (t) => t.metric;
-  if (n === 'status') return (t) => t.status;
-  if (n === 'no' || n === 'seq' || n === 'trial') return (t) => t.seq;
-  if (n === 'id') return (t) => t.id;
-  if (n === 'duration') return (t) => durationOf(t);
-  if (name.startsWith('metric:')) return (t) => finalKey(t, name.slice(7));
-  if (S.exp && (S.exp.metricKeys || []).includes(name) && !(S.exp.paramKeys || []).includes(name)) return (t) => finalKey(t, name);
-  return (t) => (t.params ? t.params[name] : undefined);
-}
-
-function sortValue(key) {
-  if (key === 'duration') return durationOf;
-  if (key === 'metric') return (t) => t.metric;
-  if (key.startsWith('param:')) { const k = key.slice(6); return (t) => (t.params ? t.params[k] : undefined); }
-  if (key.startsWith('metric:')) { const k = key.slice(7); return (t) => finalKey(t, k); }
-  return (t) => t[key];
-}
-
-function compareValues(a, b) {
-  const na = a === null || a === undefined || (typeof a === 'number' && Number.isNaN(a));
-  const nb = b === null || b === undefined || (typeof b === 'number' && Number.isNaN(b));
-  if (na || nb) return na && nb ? 0 : na ? 1 : -1;
-  if (typeof a === 'number' && typeof b === 'number') return a - b;
-  if (typeof a === 'number') return -1;
-  if (typeof b === 'number') return 1;
-  return String(typeof a === 'object' ? JSON.stringify(a) : a).localeCompare(String(typeof b === 'object' ? JSON.stringify(b) : b));
-}
+const PARALLEL_LINES = 2000;  // lines of the parallel coordinates at most (a sample of the trials, best to worst)
+const BLOCK = 100;  // rows per request of the table
+const MARGIN = 60;  // rows loaded beyond those in view
 
 const trials = {
   enter(main, arg) {
@@ -494,8 +477,9 @@ const trials = {
     this.tab = ['metric', 'params', 'inter', 'duration'].includes(arg) ? arg : (this.tab || 'metric');
     this.sortKey = this.sortKey || 'seq'; this.desc = this.desc || false;
     this.statuses = this.statuses || new Set();
-    this.search = ''; this.filterFn = () => true;
-    this.lastVersion = -1; this.chartVersion = -1; this.lastChart = -Infinity; this.chart = null;
+    this.search = ''; this.data = null; this.loads = 0; this.pre = null;
+    this.shown = new Promise((done) => { this.showRows = done; });
+    this.lastVersion = -1; this.chartVersion = -1; this.draws = 0; this.lastChart = -Infinity; this.chart = null;
     this.hidden = new Set(JSON.parse(localStorage.getItem(COLS_KEY) || '["start","end","nInter"]'));
     this.axesChosen = this.axesChosen || null; this.topPct = this.topPct || 100; this.interMode = this.interMode || 'top10';
     const cv = $('#trials-chart');
@@ -508,7 +492,7 @@ const trials = {
     let deb = null;
     search.addEventListener('input', () => {
       clearTimeout(deb);
-      deb = setTimeout(() => { this.search = search.value; this.filterFn = searchFilter(search.value); this.refreshRows(true); }, 120);
+      deb = setTimeout(() => { this.search = search.value; this.refreshRows(true); }, 120);
     });
     $('#status-chips').addEventListener('change', (ev) => {
       const box = ev.target.closest('input[name=status-filter]');
@@ -538,6 +522,7 @@ const trials = {
         if (on) S.sel.add(id); else S.sel.delete(id);
         this.selChanged();
       },
+      onView: (first, last) => this.want(first, last),
       rowClass: (t) => (S.sel.has(t.id) ? 'sel' : ''),
       emptyText: 'No trial matches',
     });
@@ -548,7 +533,7 @@ const trials = {
     this.setupTab();
     this.update();
   },
-  leave() { clearInterval(this.timer); },
+  leave() { clearInterval(this.timer); clearTimeout(this.refetch); clearTimeout(this.chartTimer); },
   selChanged() {
     const n = S.sel.size;
     $('#btn-compare').disabled = n < 2 || n > 5;
@@ -597,25 +582,73 @@ const trials = {
     const html = STATUSES.map((s) => `<label class="chip"><input type="checkbox" name="status-filter" value="${s}" ${this.statuses.has(s) ? 'checked' : ''}><span class="st st-${s}">${s}</span> ${c[s] || 0}</label>`).join('');
     if (html !== this.chipsHtml) { $('#status-chips').innerHTML = html; this.chipsHtml = html; }
   },
-  rows() {
-    let rows = allTrials();
-    if (this.statuses.size) rows = rows.filter((t) => this.statuses.has(t.status));
-    if (this.search.trim()) rows = rows.filter(this.filterFn);
-    const get = sortValue(this.sortKey), dir = this.desc ? -1 : 1;
-    rows.sort((a, b) => {
-      const va = get(a), vb = get(b);
-      const na = va === null || va === undefined, nb = vb === null || vb === undefined;
-      if (na || nb) return na && nb ? a.seq - b.seq : na ? 1 : -1;  // missing values last, both directions
-      return dir * compareValues(va, vb) || a.seq - b.seq;
-    });
-    return rows;
+  // the server's query of the table: sort, status filter and search
+  query() {
+    const q = { sort: (this.desc ? '-' : '') + this.sortKey };
+    if (this.statuses.size) q.status = [...this.statuses].join(',');
+    if (this.search.trim()) q.q = this.search.trim();
+    return q;
   },
-  refreshRows(force) {
+  // rows first..last are shown: load the blocks of them (and a margin) not loaded yet for this query
+  want(first, last) {
+    const d = this.data;
+    if (!d) return;
+    const lo = Math.max(0, Math.floor((first - MARGIN) / BLOCK)), hi = Math.floor((last + MARGIN) / BLOCK);
+    for (let b = lo; b <= hi && b * BLOCK < d.total; b++) if (!d.blocks.has(b)) this.load(d, b);
+  },
+  async load(d, b) {
+    d.blocks.set(b, null);  // asked for
+    try {
+      const page = await trialPage({ ...d.query, offset: b * BLOCK, limit: BLOCK });
+      if (this.data !== d) return;
+      d.blocks.set(b, page.items);
+      if (page.total !== d.total) { d.total = page.total; this.showCount(); }
+      this.table.setSource(d.total, (i) => { const x = d.blocks.get(Math.floor(i / BLOCK)); return x ? x[i % BLOCK] || null : null; });
+    } catch (err) { if (this.data === d) { d.blocks.delete(b); toast('Cannot load trials: ' + err.message, 'error'); } }
+  },
+  // the rows in view and a margin, in blocks
+  window() {
+    const el = this.table.root;
+    const first = Math.max(0, Math.floor((el.scrollTop - 30) / this.table.rh) - MARGIN);
+    const b0 = Math.floor(first / BLOCK);
+    return { offset: b0 * BLOCK, limit: (Math.ceil((first + Math.ceil((el.clientHeight || 600) / this.table.rh) + 2 * MARGIN) / BLOCK) - b0) * BLOCK };
+  },
+  prefetch() {
+    const ask = { ...this.query(), ...this.window() };
+    const page = trialPage(ask);
+    page.catch(() => null);
+    this.pre = { key: JSON.stringify(ask), page };
+  },
+  showCount() {
+    const d = this.data;
+    if (d) $('#trial-count').textContent = `${d.total} of ${S.exp ? S.exp.total : d.total} trials`;
+  },
+  // the rows again from the server (a new sort, filter, or the trials changed): the rows in view first; the old ones
+  // stay shown until they come
+  async refreshRows(force) {
     if (!force && this.lastVersion === S.version) return;
-    this.lastVersion = S.version;
-    const rows = this.rows();
-    this.table.setRows(rows);
-    $('#trial-count').textContent = `${rows.length} of ${S.trials.size} trials`;
+    if (!force && this.data && bigExp() && performance.now() - this.lastRows < 1000) {  // live: at most once a second
+      clearTimeout(this.refetch); this.refetch = setTimeout(() => this.refreshRows(false), 1000); return;
+    }
+    this.lastVersion = S.version; this.lastRows = performance.now();
+    const query = this.query(), n = ++this.loads;
+    const b0 = this.window().offset / BLOCK;
+    const ask = { ...query, ...this.window() }, pre = this.pre;
+    this.pre = null;
+    let page;
+    try { page = await (pre && pre.key === JSON.stringify(ask) ? pre.page : trialPage(ask)); } catch (err) {
+      this.showRows();
+      if (n === this.loads) toast('Cannot load trials: ' + err.message, 'error');
+      return;
+    }
+    if (n !== this.loads || S.page !== trials || !$('#trial-table')) return;
+    const d = { query, total: page.total, blocks: new Map() };
+    for (let k = 0; k * BLOCK < page.items.length; k++) d.blocks.set(b0 + k, page.items.slice(k * BLOCK, (k + 1) * BLOCK));
+    this.data = d;
+    this.table.setSource(d.total, (i) => { const x = d.blocks.get(Math.floor(i / BLOCK)); return x ? x[i % BLOCK] || null : null; });
+    this.showCount();
+    window.__nnix.settled++;
+    requestAnimationFrame(() => setTimeout(this.showRows, 0));
     if (window.__nnix.tablePaint === null && S.exp && !S.loading) markPaint('tablePaint', 'nnix:table');
   },
   update() {
@@ -659,7 +692,7 @@ const trials = {
     return [...((S.exp && S.exp.paramKeys) || []), 'metric'];
   },
   describe(hit) {
-    const t = S.trials.get(hit.id);
+    const t = S.trials.get(hit.id) || hit.t;
     if (this.tab === 'inter') return `Trial #${t ? t.seq : '?'} ${hit.id}\nstep ${hit.x}: ${C.fmt(hit.y)}`;
     if (this.tab === 'duration') return `Trial #${t ? t.seq : '?'} ${hit.id}\n${fmtDur(hit.y)}`;
     return t ? describeTrial(t) : hit.id;
@@ -668,31 +701,59 @@ const trials = {
     if (!S.exp) return;
     const now = performance.now();
     if (!force && this.chartVersion === S.version) return;
-    const minGap = S.trials.size > 2000 ? 1500 : 300;
+    const minGap = bigExp() ? 1500 : 300;
     if (!force && now - this.lastChart < minGap) {
       clearTimeout(this.chartTimer);
       this.chartTimer = setTimeout(() => this.drawChart(false), minGap - (now - this.lastChart));
       return;
     }
     this.chartVersion = S.version; this.lastChart = now;
-    const cv = $('#trials-chart');
-    if (!cv) return;
-    const list = allTrials();
-    if (this.tab === 'metric') {
-      this.chart = C.scatter(cv, { ...metricScatter(list), xLabel: 'Trial No.', yLabel: 'default metric', emptyText: 'No succeeded trial yet' });
-    } else if (this.tab === 'duration') {
-      const rows = list.filter((t) => durationOf(t) !== null).sort((a, b) => a.seq - b.seq);
-      this.chart = C.bars(cv, { x: rows.map((t) => t.seq), y: rows.map(durationOf), ids: rows.map((t) => t.id), colors: rows.map((t) => C.STATUS_COLORS[t.status]), xLabel: 'Trial No.', yLabel: 'duration (s)' });
-    } else if (this.tab === 'params') {
-      this.drawParallel(cv, list);
+    if (!$('#trials-chart')) return;
+    const tab = this.tab, n = ++this.draws;
+    this.plot(tab, () => n === this.draws && this.tab === tab && S.page === trials && $('#trials-chart'))
+      .catch((err) => toast('Cannot load the chart: ' + err.message, 'error'));
+  },
+  // draw the chart of `tab` once its data came (and the table's first rows are painted: they come first), if still
+  // current()
+  async plot(tab, current) {
+    if (tab === 'metric') {
+      const data = await metricScatter();
+      await this.shown;
+      if (current()) this.chart = C.scatter($('#trials-chart'), { ...data, xLabel: 'Trial No.', yLabel: 'default metric', emptyText: 'No succeeded trial yet' });
+    } else if (tab === 'duration') {
+      const c = await columns(['seq', 'status', 'duration', 'start']);
+      await this.shown;
+      if (!current()) return;
+      const x = [], y = [], ids = [], colors = [];
+      for (let i = 0; i < c.id.length; i++) {
+        const v = durationOf({ duration: c.duration[i], start: c.start[i], status: c.status[i] });
+        if (v === null) continue;
+        x.push(c.seq[i]); y.push(v); ids.push(c.id[i]); colors.push(C.STATUS_COLORS[c.status[i]]);
+      }
+      this.chart = C.bars($('#trials-chart'), { x, y, ids, colors, xLabel: 'Trial No.', yLabel: 'duration (s)' });
+    } else if (tab === 'params') {
+      const keys = (S.exp && S.exp.paramKeys) || [];
+      // (at most PARALLEL_LINES lines, evenly spaced from the best to the worst: more only blur into each other)
+      const c = await columns(['seq', 'metric', ...keys.map((k) => 'param:' + k)], { status: 'SUCCEEDED', sort: bestFirst(), max: PARALLEL_LINES });
+      await this.shown;
+      if (!current()) return;
+      const rows = [];
+      for (let i = 0; i < c.id.length; i++) {
+        if (c.metric[i] === null) continue;
+        const params = {};
+        for (const k of keys) { const v = c['param:' + k][i]; if (v !== null) params[k] = v; }
+        rows.push({ id: c.id[i], seq: c.seq[i], status: 'SUCCEEDED', metric: c.metric[i], params });
+      }
+      this.drawParallel($('#trials-chart'), rows, c.total);
     } else {
-      this.drawIntermediate(cv, list);
+      await this.drawIntermediate($('#trials-chart'), current);
     }
   },
-  drawParallel(cv, list) {
+  // rows: the succeeded trials with a metric, best first
+  drawParallel(cv, scoredRows, total) {
     const names = this.axisNames();
     $('#axes-list').innerHTML = names.map((n) => `<label><input type="checkbox" data-axis="${esc(n)}" ${(this.axesChosen || names).includes(n) ? 'checked' : ''}> ${esc(n)}</label>`).join('');
-    let rows = scored(list);
+    let rows = scoredRows;
     if (this.topPct < 100) rows = rows.slice(0, Math.max(1, Math.ceil((rows.length * this.topPct) / 100)));
     const chosen = (this.axesChosen || names).filter((n) => names.includes(n));
     const axes = chosen.map((n) => {
@@ -714,20 +775,22 @@ const trials = {
       color: (t) => (t.metric === null ? null : max ? (t.metric - lo) / (hi - lo || 1) : (hi - t.metric) / (hi - lo || 1)),
       emptyText: 'No succeeded trial yet',
     });
+    const shown = scoredRows.length >= total ? `${rows.length} trials`
+      : `${rows.length} of ${Math.max(1, Math.ceil((total * this.topPct) / 100))} trials (a sample, evenly spaced by rank)`;
     $('#chart-legend').innerHTML = `<span><i style="background:${C.ramp(0)}"></i>worst</span><span><i style="background:${C.ramp(1)}"></i>best</span>
-      <span class="muted">${rows.length} trials${S.sel.size ? ' · selected in red' : ''}</span>`;
+      <span class="muted">${shown}${S.sel.size ? ' · selected in red' : ''}</span>`;
     if (window.__nnix.parcoordsPaint === null && rows.length && !S.loading) markPaint('parcoordsPaint', 'nnix:parcoords');
   },
-  interIds(list) {
+  async interIds() {
     if (this.interMode === 'all') return null;
     if (this.interMode === 'sel') return [...S.sel];
     const n = this.interMode === 'top50' ? 50 : 10;
-    const top = scored(list).slice(0, n).map((t) => t.id);
-    const running = list.filter((t) => t.status === 'RUNNING').slice(0, 20).map((t) => t.id);
-    return [...new Set([...top, ...running, ...S.sel])];
+    const [top, running] = await Promise.all([topTrials(n), (S.exp.counts || {}).RUNNING ? trialPage({ status: 'RUNNING', limit: 20 }).then((p) => p.items) : []]);
+    return [...new Set([...top.map((t) => t.id), ...running.map((t) => t.id), ...S.sel])];
   },
-  async drawIntermediate(cv, list) {
-    const ids = this.interIds(list);
+  async drawIntermediate(cv, current) {
+    const ids = await this.interIds();
+    if (!current()) return;
     const key = ids === null ? 'all' : ids.slice().sort().join(',');
     if (key !== S.curveKey) {
       if (ids !== null && ids.length === 0) { S.curves = new Map(); S.curveKey = key; }
@@ -750,7 +813,8 @@ const trials = {
       if (emph.has(id) && (ids !== null || S.sel.has(id))) { s.color = C.PALETTE[i++ % C.PALETTE.length]; s.width = S.sel.has(id) ? 2.6 : 1.6; hot.push(s); }
       else faint.push(s);
     }
-    if (this.tab !== 'inter') return;
+    await this.shown;
+    if (this.tab !== 'inter' || !current()) return;
     this.chart = C.lines(cv, { series: hot, faint, xLabel: 'step (sequence)', yLabel: 'intermediate result', emptyText: ids && !ids.length ? 'Select trials in the table' : 'No intermediate results yet' });
     $('#chart-legend').innerHTML = hot.slice(0, 24).map((s) => `<span><i style="background:${s.color || '#1f6fb2'}"></i>${esc(s.label)}</span>`).join('');
   },
@@ -894,6 +958,8 @@ function rerun(d) {
 }
 
 async function openCompare(ids) {
+  // (a trial not seen yet, e.g. a link opened anew: asked for)
+  await Promise.all(ids.filter((id) => !S.trials.has(id)).map((id) => api('/trials/' + encodeURIComponent(id)).then((t) => remember([t])).catch(() => null)));
   const list = ids.map((id) => S.trials.get(id)).filter(Boolean);
   if (list.length < 2) { toast('Select 2 to 5 trials to compare', 'error'); return; }
   const e = S.exp || { paramKeys: [], metricKeys: [] };

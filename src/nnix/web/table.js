@@ -1,18 +1,19 @@
-// A virtualized table: only the rows in view (plus a few) exist in the DOM, so 10,000 trials
-// scroll and re-sort as fast as 10.
+// A virtualized table: only the rows in view (plus a few) exist in the DOM, and only those need to be
+// loaded (a paged source: rowAt gives null for a row not loaded yet, onView says which rows are shown).
 
 export function esc(s) {
   return String(s ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]);
 }
 
 export class VTable {
-  constructor(root, { rowHeight = 28, onSort, onClick, onAction, onSelect, rowClass, emptyText } = {}) {
+  constructor(root, { rowHeight = 28, onSort, onClick, onAction, onSelect, onView, rowClass, emptyText } = {}) {
     this.root = root;
     this.rh = rowHeight;
     this.onSort = onSort; this.onClick = onClick; this.onAction = onAction; this.onSelect = onSelect;
     this.rowClass = rowClass || (() => '');
     this.emptyText = emptyText || 'Nothing to show';
-    this.cols = []; this.rows = []; this.sortKey = null; this.desc = false;
+    this.onView = onView;  // (first, last): the rows about to be shown (a paged source fetches what it lacks)
+    this.cols = []; this.count = 0; this.rowAt = () => null; this.sortKey = null; this.desc = false;
     this.pool = [];
     root.classList.add('vt');
     root.innerHTML = '<div class="vt-head" role="row"></div><div class="vt-body" role="rowgroup"></div>';
@@ -28,6 +29,7 @@ export class VTable {
       const row = ev.target.closest('.vt-row');
       if (!row) return;
       const id = row.dataset.id;
+      if (!id) return;
       const act = ev.target.closest('[data-act]');
       if (act) { ev.stopPropagation(); if (this.onAction) this.onAction(act.dataset.act, id, ev); return; }
       const box = ev.target.closest('input[data-sel]');
@@ -58,9 +60,12 @@ export class VTable {
     }).join('');
   }
 
-  setRows(rows) {
-    this.rows = rows;
-    this.body.style.height = rows.length * this.rh + 'px';
+  setRows(rows) { this.setSource(rows.length, (i) => rows[i]); }
+
+  // a source of `count` rows, row i being rowAt(i), or null while it is not loaded (drawn as a placeholder)
+  setSource(count, rowAt) {
+    this.count = count; this.rowAt = rowAt;
+    this.body.style.height = count * this.rh + 'px';
     this.render();
   }
 
@@ -71,11 +76,12 @@ export class VTable {
   }
 
   render() {
-    const n = this.rows.length;
+    const n = this.count;
     const headH = this.head.offsetHeight || 30;
     const view = this.root.clientHeight || 600;
     const first = Math.max(0, Math.floor((this.root.scrollTop - headH) / this.rh) - 5);
-    const count = Math.min(n - first, Math.ceil(view / this.rh) + 10);
+    const count = Math.max(0, Math.min(n - first, Math.ceil(view / this.rh) + 10));
+    if (this.onView && n) this.onView(first, first + count - 1);
     while (this.pool.length < count) {
       const el = document.createElement('div');
       el.className = 'vt-row'; el.setAttribute('role', 'row');
@@ -85,9 +91,10 @@ export class VTable {
     for (let k = 0; k < this.pool.length; k++) {
       const el = this.pool[k];
       if (k >= count || n === 0) { el.hidden = true; continue; }
-      const i = first + k, row = this.rows[i];
+      const i = first + k, row = this.rowAt(i);
       el.hidden = false;
       el.style.transform = `translateY(${i * this.rh}px)`;
+      if (!row) { el.dataset.id = ''; el.className = 'vt-row loading'; el.innerHTML = '<span class="muted">…</span>'; continue; }
       el.dataset.id = row.id;
       el.className = 'vt-row ' + this.rowClass(row);
       el.innerHTML = this.cols.map((c) => `<span class="${c.cls || ''}">${c.html(row)}</span>`).join('');
