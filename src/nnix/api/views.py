@@ -244,10 +244,12 @@ class TrialViews:
                         await asyncio.sleep(0)
                         deadline = clock() + WARM_SLICE
                 await asyncio.sleep(0)
-            # what a first look asks for: a sorted or filtered page of 100k trials is then a slice
-            tot = self.totals()
-            for _ in self.index().prepare((frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))):
-                await asyncio.sleep(0)
+            # what a first look asks for: a sorted or filtered page of 100k trials is then a slice (a small
+            # experiment's index is built when first asked: quick, and a run that is never looked at imports no numpy)
+            if len(self.manager.state.trials) >= INDEX_AHEAD:
+                tot = self.totals()
+                for _ in self.index().prepare((frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))):
+                    await asyncio.sleep(0)
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
 
@@ -318,6 +320,7 @@ class TrialViews:
                 for t in each_trial_or_known(self.manager.state.trials, self._cache)]
 
 
+INDEX_AHEAD = 2000  # trials from which the warm-up also builds the sort/filter index ahead of the first query
 WARM_SLICE = 0.004  # seconds of warming per loop turn at most (about)
 
 
