@@ -170,8 +170,10 @@ class Progress:
             # the console first: the first render already has its width (a render without one is the full,
             # uncut line, which the terminal would show until the first refresh, or mixed with later output)
             self._console = Console(highlight=False)
-            self._live = Live(self._render(), console=self._console, refresh_per_second=4, transient=False)
-            self._live.start()
+            # rendered only from here and tick() (the run loop's thread): rich's refresh thread raced the lines
+            # printed above the live line (a failure reason could land on the progress line's end)
+            self._live = Live(self._render(), console=self._console, auto_refresh=False, transient=False)
+            self._live.start(refresh=True)
 
     def _width(self) -> int | None:
         return int(self._console.width) if self._console is not None else None
@@ -246,7 +248,7 @@ class Progress:
         self._last_scan = now
         self._scan()
         if self._live is not None:
-            self._live.update(self._render())
+            self._live.update(self._render(), refresh=True)
             return
         line = summary_line(self.manager.state, time.time())
         key = line.rsplit("|", 1)[0]
@@ -259,7 +261,7 @@ class Progress:
             return
         self._scan()
         if self._live is not None:
-            self._live.update(self._render())
+            self._live.update(self._render(), refresh=True)
             self._live.stop()
         else:
             print(summary_line(self.manager.state, time.time()), flush=True)
