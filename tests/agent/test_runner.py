@@ -284,6 +284,9 @@ def test_a_trial_the_wrapper_ahead_cannot_take_starts_the_usual_way(tmp_path: Pa
             spares.append(await wait_until_async(spare, 60, "the next trial's wrapper in its cgroup"))
             (killed,) = spares[0]
             os.kill(killed, signal.SIGKILL)
+            # (reaped by the runner: it knows it ended. One killed during the hand-over itself ends its trial as a
+            # trial killed by a signal does)
+            await wait_until_async(lambda: not _pid_alive(killed), 60, "the killed wrapper reaped")
             started.append((await runner.start(_spec(tmp_path, "T2", "true"))).pid)
             spares.append(await wait_until_async(spare, 60, "a new wrapper in its cgroup"))
             own = _spec(tmp_path, "T3", "true")
