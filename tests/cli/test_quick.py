@@ -34,6 +34,51 @@ def _run(code: str, args: list[str], columns: str = "80") -> tuple[int, str, str
     return r.returncode, r.stdout, r.stderr
 
 
+# Many spellings through one Python: each case runs in a child forked from it (a fresh process state for each, as
+# its own interpreter would have, without paying an interpreter start per case), its output in files
+FORKED = """
+import json, os, sys, tempfile, traceback
+sys.argv[0] = "nnix"
+from nnix.cli import main as m
+if sys.argv[1] == "typer":
+    m._quick = lambda args: None
+    from nnix.cli import commands  # (imported once, before the forks)
+results = []
+for columns, *args in json.loads(sys.argv[2]):
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(out.fileno(), 1); os.dup2(err.fileno(), 2)
+        os.environ["COLUMNS"] = columns
+        sys.argv[1:] = args
+        code = 0
+        try:
+            m.main()
+        except SystemExit as e:
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
+                print(e.code, file=sys.stderr); code = 1
+        except BaseException:
+            traceback.print_exc(); code = 1
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    out.seek(0); err.seek(0)
+    results.append([os.waitstatus_to_exitcode(status), out.read().decode(), err.read().decode()])
+print(json.dumps(results))
+"""
+
+
+def _forked(way: str, cases: list[list[str]]) -> list[tuple[int, str, str]]:
+    env = {**os.environ, "PYTHONPATH": ":".join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", FORKED, way, json.dumps(cases)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [tuple(x) for x in json.loads(r.stdout)]  # type: ignore[misc]
+
+
 def test_quick_verbs_print_what_typer_prints(tmp_path: Path) -> None:
     exp_id = _recorded(tmp_path)
     bad = tmp_path / "bad.yml"
@@ -50,12 +95,13 @@ def test_quick_verbs_print_what_typer_prints(tmp_path: Path) -> None:
         ["create", "--config", str(unreadable)], ["create"], ["resume", "nosuch", "-f"], ["view", "nosuch", "-p", "0"],
         ["resume", exp_id, "-e", str(tmp_path / "nowhere")], ["view", exp_id[:2], "--experiment-dir", str(tmp_path)],
     ]
-    for args in cases:
-        quick = _run(QUICK, args)
-        assert quick == _run(TYPER, args), args
-        assert quick[1] or quick[2], args
-    assert _run(QUICK, ["--help"], "200") == _run(TYPER, ["--help"], "200")
-    assert _run(QUICK, ["--help"], "60") == _run(TYPER, ["--help"], "60")  # (typer prints it: click wraps it)
+    runs = [["80", *args] for args in cases] + [["200", "--help"], ["60", "--help"]]  # (at 60 typer prints it)
+    quick, typer = _forked("quick", runs), _forked("typer", runs)
+    for run, q, t in zip(runs, quick, typer, strict=True):
+        assert q == t, run
+        assert q[1] or q[2], run
+    # one of them as its own program, as the user runs it: the same as forked
+    assert _run(QUICK, cases[1]) == quick[1]
 
 
 @pytest.mark.parametrize("args", [["--help"], ["trial", "ls", "ID", "--tail", "10"], ["trial", "ls", "ID"],
