@@ -581,6 +581,15 @@ def test_experiment_across_namespace_nodes(tmp_path: Path, ray_env: dict[str, st
     try:
         assert lab.head_ip.startswith("10.203.")  # a test bridge, never eth0's address
         _, exp_dir = _ray_experiment(tmp_path, {"address": lab.address}, trials=4, concurrency=2)
+        # each trial waits (2 minutes at most) until a trial started on both nodes: trials this quick could all
+        # run in the first environment before the second one's agent connected (seen once in CI)
+        started = tmp_path / "started"
+        started.mkdir()
+        trial = tmp_path / "code" / "trial.py"
+        trial.write_text(f"import pathlib, socket, time\nd = pathlib.Path({str(started)!r})\n"
+                         "(d / socket.gethostname()).touch()\nend = time.time() + 120\n"
+                         "while len(list(d.iterdir())) < 2 and time.time() < end:\n    time.sleep(0.05)\n"
+                         + trial.read_text())
         st = run_experiment(exp_dir, timeout=240, **FAST)
         _assert_all_succeeded(st, 4)
         hosts = {Path(str(t.output_dir), "trial.stdout").read_text().split()[-1] for t in st.trials.values()}
