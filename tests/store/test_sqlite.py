@@ -214,3 +214,25 @@ def test_a_snapshot_part_slice_across_chunks_some_kept_some_not_reads_every_one(
     assert part[0:48] == data  # 12 chunks: a long read, not kept
     assert part[0:12] == data[0:12]  # chunks 0..2, 0 kept: 1 and 2 read and kept, the cache lets 0 and 3 go
     store.close()
+
+
+def test_a_snapshot_part_let_go_while_its_thread_holds_the_pin_lock_does_not_deadlock() -> None:
+    """A part's finalizer runs wherever the garbage collector does: inside a snapshot write listing the pinned
+    generations under the lock, it once took the same lock and deadlocked the manager (seen in a test run)."""
+    import threading
+
+    from nnix.store import sqlite as m
+
+    key = (os.path.realpath("/nowhere-nnix"), 7)
+    m._pin(key, +1)
+    assert m._pinned.get(key) == 1
+    done = threading.Event()
+
+    def collected_inside_the_lock() -> None:
+        with m._held_lock:  # as write_snapshot listing the pinned generations
+            m._close([], key)  # what the part's finalizer runs, if the collector runs just then
+        done.set()
+
+    threading.Thread(target=collected_inside_the_lock, daemon=True).start()
+    assert done.wait(30), "the finalizer deadlocked on the lock its own thread holds"
+    assert 7 not in m._pinned_gens(Path("/nowhere-nnix"))

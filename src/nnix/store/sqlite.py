@@ -15,6 +15,7 @@ import threading
 import time
 import weakref
 import zlib
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -128,8 +129,35 @@ def _is_held(path: Path) -> bool:
 _pinned: dict[tuple[str, int], int] = {}
 
 
+# Generations let go by a part's finalizer, counted down by the next _pin/_pinned_gens: a finalizer runs wherever
+# the garbage collector does, possibly in a thread holding _held_lock (a snapshot write listing the pinned ones):
+# taking the lock there deadlocked a manager. A deque's append takes no lock.
+_unpinned: deque[tuple[str, int]] = deque()
+
+
+def _settle_unpinned() -> None:
+    """Count down what finalizers let go (the caller holds _held_lock)."""
+    while _unpinned:
+        key = _unpinned.popleft()
+        n = _pinned.get(key, 0) - 1
+        if n > 0:
+            _pinned[key] = n
+        else:
+            _pinned.pop(key, None)
+
+
 def _pin(key: tuple[str, int], delta: int) -> None:
+    with _held_lock:
+        _settle_unpinned()
     _count(_pinned, key, delta)
+
+
+def _pinned_gens(path: Path) -> set[int]:
+    """The snapshot generations of the store at ``path`` that parts of this process still read."""
+    real = os.path.realpath(path)
+    with _held_lock:
+        _settle_unpinned()
+        return {g for p, g in list(_pinned) if p == real}
 
 
 class _Mismatch(Exception):
@@ -140,7 +168,7 @@ def _close(box: list[sqlite3.Connection], key: tuple[str, int]) -> None:
     for db in box:
         db.close()
     box.clear()
-    _pin(key, -1)
+    _unpinned.append(key)  # (no lock here: see _unpinned)
 
 
 class _Part:
@@ -426,8 +454,7 @@ class SqliteStore:
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
-            with _held_lock:  # (a generation a part of this process still reads is deleted by a later write)
-                keep = {g for p, g in _pinned if p == os.path.realpath(self.path)} | {gen}
+            keep = _pinned_gens(self.path) | {gen}  # (a generation a part still reads is deleted by a later write)
             for old, j in db.execute("SELECT gen, n FROM snapshot_chunk").fetchall():
                 if old not in keep:
                     db.execute("DELETE FROM snapshot_chunk WHERE gen = ? AND n = ?", (old, j))  # (one at a time too)
