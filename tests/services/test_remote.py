@@ -36,18 +36,27 @@ from nnix.testing.sshhosts import SshHost, SshLab
 FAST: dict[str, Any] = {"connect_timeout": 3.0}
 
 
-def _trial(code: Path, steps: int, step_s: float, hold: tuple[list[str], Path] | None = None) -> None:
+def _trial(code: Path, steps: int, step_s: float, hold: tuple[list[str], Path] | None = None,
+           spread: tuple[Path, int] | None = None) -> None:
     """``hold``: on the hosts named (their hostname), the trial stops after its second result until the file exists:
     a test acts on a trial running there without racing it (an event, not a duration). The file must be where the
-    lab user can see it (see :func:`_flag`)."""
+    lab user can see it (see :func:`_flag`). ``spread`` (a folder the lab user can write, a number of hosts): each
+    trial first waits (2 minutes at most) until a trial started on that many hosts, so that quick trials cannot all
+    run on the machines whose agents connected first."""
     code.mkdir(parents=True, exist_ok=True)
+    start = ""
+    if spread is not None:
+        folder, count = spread
+        start = (f"d = {str(folder)!r}\nopen(os.path.join(d, socket.gethostname()), 'w').close()\n"
+                 f"end = time.time() + 120\nwhile len(os.listdir(d)) < {count} and time.time() < end:\n"
+                 "    time.sleep(0.05)\n")
     wait = ""
     if hold is not None:
         names, flag = hold
         wait = (f"    if i == 1:\n        while socket.gethostname() in {names!r} and not os.path.exists("
                 f"{str(flag)!r}):\n            time.sleep(0.05)\n")
     (code / "trial.py").write_text(
-        "import nni, os, time, socket\np = nni.get_next_parameter()\n"
+        f"import nni, os, time, socket\n{start}p = nni.get_next_parameter()\n"
         f"for i in range({steps}):\n    nni.report_intermediate_result(i)\n    time.sleep({step_s})\n{wait}"
         "nni.report_final_result(p['x'])\nprint('ran on', socket.gethostname())\n"
     )
@@ -73,9 +82,9 @@ def _remote(lab: SshLab, hosts: list[SshHost] | None = None, **extra: Any) -> di
 
 def _experiment(tmp_path: Path, lab: SshLab, *, steps: int = 3, step_s: float = 0.1, concurrency: int = 3,
                 trials: int = 6, hosts: list[SshHost] | None = None, hold: tuple[list[str], Path] | None = None,
-                **service: Any) -> tuple[str, Path]:
+                spread: tuple[Path, int] | None = None, **service: Any) -> tuple[str, Path]:
     code = tmp_path / "code"
-    _trial(code, steps, step_s, hold)
+    _trial(code, steps, step_s, hold, spread)
     return make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py", trialConcurrency=concurrency,
                            maxTrialNumber=trials, trainingService=_remote(lab, hosts, **service))
 
@@ -161,7 +170,12 @@ def _agent_log(pid: int) -> str | None:
 
 @pytest.mark.parametrize("reuse", [True, False], ids=["reuse", "non-reuse"])
 def test_experiment_across_three_hosts(tmp_path: Path, ssh_lab: SshLab, reuse: bool) -> None:
-    exp_id, exp_dir = _experiment(tmp_path, ssh_lab, reuseMode=reuse)
+    started = ssh_lab.home / f"started-{tmp_path.name}"  # where the lab user's trials can write (see _flag)
+    started.mkdir()
+    started.chmod(0o777)
+    # trials this quick could all run on the first machines whose agents connected (the same shape failed once in
+    # CI with Ray's two nodes): each waits until a trial started on all three
+    exp_id, exp_dir = _experiment(tmp_path, ssh_lab, spread=(started, len(ssh_lab.hosts)), reuseMode=reuse)
     st = run_experiment(exp_dir, timeout=90, **FAST)
     assert st.status is ExperimentStatus.DONE, st.message
     assert len(st.trials) == 6
