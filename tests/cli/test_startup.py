@@ -85,3 +85,60 @@ def test_module_imports_no_numpy(module: str) -> None:
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+LATE = ("uvicorn", "starlette", "nnix.api.app", "http.cookies", "nnix.client")  # not needed to start a trial
+
+FIRST_TRIAL_PROBE = """
+import gc, importlib.metadata as md, json, sys
+scans = []
+every = md.entry_points
+def counted(**params):  # a scan of every installed distribution, each time
+    if sys._getframe(1).f_globals.get("__name__", "").startswith("nnix"):
+        scans.append(params.get("group", "*"))
+    return every(**params)
+md.entry_points = counted
+import nnix.core.manager as manager
+seen = {}
+record = manager.ExperimentManager.record
+def spy(self, *events):
+    if not seen and any(type(e).__name__ == "TrialStarted" for e in events):  # the first trial's process runs
+        seen.update(collector=gc.isenabled(), late=sorted(m for m in LATE if m in sys.modules), scans=list(scans))
+    return record(self, *events)
+manager.ExperimentManager.record = spy
+import nnix.host.run
+nnix.host.run.FIRST_TRIAL_WAIT = 300.0  # (a loaded machine: the web stack still waits for the first trial)
+sys.argv = ARGV
+from nnix.cli.main import main
+code = 0
+try:
+    main()
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else 1
+print(json.dumps([code, seen, gc.isenabled()]), file=sys.stderr)
+"""
+
+
+def test_create_reaches_its_first_trial_without_the_web_stack_or_a_second_scan(tmp_path: Path) -> None:
+    """Up to its first trial, a plain `create --foreground` imports nothing it does not use for that (the web stack
+    and the REST client come after it), reads the installed distributions' entry points once (tuners, platforms
+    and training services alike), and holds the garbage collector (resumed once the trial runs)."""
+    (tmp_path / "trial.py").write_text("import nni\nnni.get_next_parameter()\nnni.report_final_result(0.5)\n")
+    config = {
+        "searchSpace": {"x": {"_type": "uniform", "_value": [0, 1]}},
+        "trialCommand": f"{sys.executable} trial.py", "trialCodeDirectory": str(tmp_path),
+        "trialConcurrency": 1, "maxTrialNumber": 1, "tuner": {"name": "Random"},
+        "trainingService": {"platform": "local"},
+    }
+    cfg = tmp_path / "random.json"
+    cfg.write_text(json.dumps(config))
+    argv = ["nnix", "create", "--config", str(cfg), "--port", "0", "--foreground"]
+    code = FIRST_TRIAL_PROBE.replace("LATE", repr(LATE)).replace("ARGV", repr(argv))
+    env = {"NNIX_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.stderr.strip(), out.stdout
+    exit_code, seen, collector_after = json.loads(out.stderr.strip().splitlines()[-1])
+    assert exit_code == 0, out.stdout[-2000:]
+    assert seen["late"] == []
+    assert seen["scans"] == ["*"]  # one scan, shared by every group
+    assert seen["collector"] is False and collector_after is True
