@@ -213,6 +213,7 @@ def spawn_daemon(
                     stderr=err,
                     start_new_session=True,
                 )
+        release_collector()  # (the launcher now waits for its daemon, which resumes its own where it serves)
         return _await_daemon(proc, exp_id, log_dir, host, timeout)
     except BaseException:  # Ctrl-C, no answer, an early exit: no manager goes on without its launcher
         if proc is not None:
