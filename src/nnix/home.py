@@ -9,7 +9,6 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import string
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
@@ -93,6 +92,8 @@ class Registry:
         raise ExperimentNotFoundError(f"no experiment {exp_id!r}", hint)
 
     def new_id(self) -> str:
+        import secrets  # (here: `trial ls` and the other readers of the registry need no OpenSSL)
+
         taken = {e.id for e in self.all()}
         while True:
             exp_id = "".join(secrets.SystemRandom().sample(ID_CHARS, 8))

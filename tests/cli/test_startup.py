@@ -54,18 +54,22 @@ def test_stop_imports_no_tuner_config_manager_or_web_stack(tmp_path: Path) -> No
     assert heavy == []  # (run without typer, which converts parameters with pydantic)
 
 
+def one_trial_config(tmp_path: Path, tuner: str, space: dict[str, Any]) -> Path:
+    """A one-trial experiment's config on the local platform (its trial reports 0.5)."""
+    (tmp_path / "trial.py").write_text("import nni\nnni.get_next_parameter()\nnni.report_final_result(0.5)\n")
+    config = {
+        "searchSpace": space, "trialCommand": f"{sys.executable} trial.py", "trialCodeDirectory": str(tmp_path),
+        "trialConcurrency": 1, "maxTrialNumber": 1, "tuner": {"name": tuner}, "trainingService": {"platform": "local"},
+    }
+    cfg = tmp_path / f"{tuner}.json"
+    cfg.write_text(json.dumps(config))
+    return cfg
+
+
 def test_create_foreground_builds_only_what_the_experiment_uses(tmp_path: Path) -> None:
     """A grid search on the local platform, run to its end through the CLI: numpy is never imported (only
     tuners that draw import it), and of the platforms' config models only the local one is built."""
-    (tmp_path / "trial.py").write_text("import nni\nnni.get_next_parameter()\nnni.report_final_result(0.5)\n")
-    config = {
-        "searchSpace": {"x": {"_type": "choice", "_value": [1, 2]}},
-        "trialCommand": f"{sys.executable} trial.py", "trialCodeDirectory": str(tmp_path),
-        "trialConcurrency": 1, "maxTrialNumber": 1, "tuner": {"name": "GridSearch"},
-        "trainingService": {"platform": "local"},
-    }
-    cfg = tmp_path / "grid.json"
-    cfg.write_text(json.dumps(config))
+    cfg = one_trial_config(tmp_path, "GridSearch", {"x": {"_type": "choice", "_value": [1, 2]}})
     built_models = ("sorted(n for n, m in __import__('nnix.config.services', fromlist=['x'])"
                     ".BUILT_IN_PLATFORMS.items() if m.__pydantic_complete__)")
     exit_code, out, (heavy, built) = imported_by(["create", "--config", str(cfg), "--port", "0", "--foreground"],
@@ -85,3 +89,52 @@ def test_module_imports_no_numpy(module: str) -> None:
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+LATE = ("uvicorn", "starlette", "nnix.api.app", "http.cookies", "nnix.client")  # not needed to start a trial
+
+FIRST_TRIAL_PROBE = """
+import gc, importlib.metadata as md, json, sys
+scans = []
+every = md.entry_points
+def counted(**params):  # a scan of every installed distribution, each time
+    if sys._getframe(1).f_globals.get("__name__", "").startswith("nnix"):
+        scans.append(params.get("group", "*"))
+    return every(**params)
+md.entry_points = counted
+import nnix.core.manager as manager
+seen = {}
+record = manager.ExperimentManager.record
+def spy(self, *events):
+    if not seen and any(type(e).__name__ == "TrialStarted" for e in events):  # the first trial's process runs
+        seen.update(collector=gc.isenabled(), late=sorted(m for m in LATE if m in sys.modules), scans=list(scans))
+    return record(self, *events)
+manager.ExperimentManager.record = spy
+import nnix.host.run
+nnix.host.run.FIRST_TRIAL_WAIT = 300.0  # (a loaded machine: the web stack still waits for the first trial)
+sys.argv = ARGV
+from nnix.cli.main import main
+code = 0
+try:
+    main()
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else 1
+print(json.dumps([code, seen, gc.isenabled()]), file=sys.stderr)
+"""
+
+
+def test_create_reaches_its_first_trial_without_the_web_stack_or_a_second_scan(tmp_path: Path) -> None:
+    """Up to its first trial, a plain `create --foreground` imports nothing it does not use for that (the web stack
+    and the REST client come after it), reads the installed distributions' entry points once (tuners, platforms
+    and training services alike), and holds the garbage collector (resumed once the trial runs)."""
+    cfg = one_trial_config(tmp_path, "Random", {"x": {"_type": "uniform", "_value": [0, 1]}})
+    argv = ["nnix", "create", "--config", str(cfg), "--port", "0", "--foreground"]
+    code = FIRST_TRIAL_PROBE.replace("LATE", repr(LATE)).replace("ARGV", repr(argv))
+    env = {"NNIX_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.stderr.strip(), out.stdout
+    exit_code, seen, collector_after = json.loads(out.stderr.strip().splitlines()[-1])
+    assert exit_code == 0, out.stdout[-2000:]
+    assert seen["late"] == []
+    assert seen["scans"] == ["*"]  # one scan, shared by every group
+    assert seen["collector"] is False and collector_after is True

@@ -17,7 +17,6 @@ import json
 import os
 import secrets
 from collections.abc import Awaitable, Callable
-from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -89,6 +88,8 @@ def _presented(scope: Scope) -> list[str]:
             if text[:7].lower() == "bearer ":
                 found.append(text[7:].strip())
         elif name == b"cookie":
+            from http.cookies import SimpleCookie  # (not imported by a manager's start: the CLI's `create` needs none)
+
             cookie: SimpleCookie = SimpleCookie()
             try:
                 cookie.load(value.decode("latin-1"))

@@ -155,6 +155,10 @@ def main() -> None:
         from nnix.cli.quick import note_real_nni
 
         note_real_nni()  # this `nnictl` is nnix's: say so where NNI's could be expected
+    if sys.argv[1:2] == ["create"] or sys.argv[1:3] == ["trial", "ls"]:
+        from nnix.host.collector import hold
+
+        hold()  # over the imports: `create` resumes it once its first trial runs; `trial ls` ends first
     verb = _quick(sys.argv[1:])
     if verb is _root_help:
         _finish(verb)

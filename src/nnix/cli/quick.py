@@ -84,12 +84,12 @@ def print_table(columns: list[str], rows: list[list[str]], title: str | None = N
     """A table on stdout, columns two spaces apart. On a terminal it fits the terminal's width: the
     ``squeeze`` columns share what the others leave and are cut with an ellipsis. Otherwise (a pipe,
     a file) nothing is cut, so that scripts see every value."""
-    import shutil
-
     rows = [[cell(c) for c in row] for row in rows]
     widths = [max([len(col)] + [len(r[i]) for r in rows]) for i, col in enumerate(columns)]
     tty = sys.stdout.isatty()
     if tty and squeeze:
+        import shutil  # (only here: a pipe's table is not cut)
+
         room = shutil.get_terminal_size().columns - 1 - 2 * (len(columns) - 1) - sum(
             w for c, w in zip(columns, widths, strict=True) if c not in squeeze)
         shares = share(room, [w for c, w in zip(columns, widths, strict=True) if c in squeeze])

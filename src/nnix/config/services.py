@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
@@ -47,6 +46,7 @@ from nnix.config.fields import (
     parse_duration,
 )
 from nnix.limits import brief
+from nnix.registry import entry_point_group as entry_points  # (one scan of the installed distributions)
 
 __all__ = [
     "BUILT_IN_PLATFORMS",

@@ -17,12 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nnix.client import rest_get
 from nnix.core.manager import ExperimentManager
 from nnix.core.manager_error import prepare_manager_error, read_manager_error, write_manager_error
 from nnix.errors import ManagerUnreachableError, NnixError, StoreFullError
 from nnix.home import Registry, port_holder, read_state, tighten_permissions, ui_url
 from nnix.host.build import build_manager
+from nnix.host.collector import release as release_collector
 from nnix.host.interrupts import sigint_held
 from nnix.host.progress import Progress, RunOutcome
 from nnix.model.status import ExperimentStatus, TrialStatus
@@ -146,6 +146,7 @@ def run_manager(
             run = asyncio.ensure_future(manager.run(action, actual_port, host))
         if live and action != "view":  # in the foreground, the first trial starts before the web stack loads
             await _first_trial_started(manager, run, FIRST_TRIAL_WAIT)
+        release_collector()  # (paused by the CLI over its start)
         server, serving = await _serve(manager, sock, action == "view", token, host)
         try:
             while not run.done():
@@ -212,6 +213,7 @@ def spawn_daemon(
                     stderr=err,
                     start_new_session=True,
                 )
+        release_collector()  # (the launcher now waits for its daemon, which resumes its own where it serves)
         return _await_daemon(proc, exp_id, log_dir, host, timeout)
     except BaseException:  # Ctrl-C, no answer, an early exit: no manager goes on without its launcher
         if proc is not None:
@@ -258,6 +260,7 @@ def _await_daemon(proc: Any, exp_id: str, log_dir: Path, host: str, timeout: flo
         state = read_state(Path(entry.dir), summary=True)
         if state.manager_pid == proc.pid and state.manager_port:
             from nnix.api.auth import connect_host, read_token
+            from nnix.client import rest_get
 
             try:
                 rest_get(state.manager_port, "/check-status", host=connect_host(host), timeout=0.5,
