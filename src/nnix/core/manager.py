@@ -20,6 +20,7 @@ import shlex
 import string
 import time
 import weakref
+from array import array
 from collections.abc import Callable, Sequence
 from itertools import islice
 from pathlib import Path
@@ -151,6 +152,7 @@ class ExperimentManager:
         self._history_list: list[TrialRecord] = []
         self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
         self._lineage = object()
+        self._replaced: array[int] = array("q")  # where _history_list had a record replaced, this lineage
         self._views: list[weakref.ref[History]] = []  # the views of _history_list handed out
         self._reading_records = False  # the first read of every trial's record is under way (see _read_records)
         self._asked = False  # the tuner was asked once (its first ask catches up with the whole history)
@@ -536,6 +538,7 @@ class ExperimentManager:
                         history = self._history_list = list(history)  # (a view handed out stays as it was)
                     self._views = []
                     history[i] = new
+                    self._replaced.append(i)
                 else:
                     rebuild = True
             self._stale_records.clear()
@@ -547,13 +550,14 @@ class ExperimentManager:
                 if record is not None:
                     self._history_at[trial_id] = len(self._history_list)
                     self._history_list.append(record)
-            self._lineage = object()
+            self._lineage, self._replaced = object(), array("q")
             self._views = []
         return self._history_list
 
     def _history_view(self) -> History:
         """The history as handed to the tuner: a view of the manager's list (O(1), see __init__)."""
-        view = History.view(self._history(), self._lineage)
+        history = self._history()
+        view = History.view(history, self._lineage, self._replaced)
         self._views = [ref for ref in self._views if ref() is not None]
         self._views.append(weakref.ref(view))
         return view

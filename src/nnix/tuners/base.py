@@ -47,23 +47,47 @@ class History(Sequence[TrialRecord]):
 
     ``History(records)`` copies ``records``; the manager hands out :meth:`view` s of its own list instead (no copy:
     an ask costs nothing per record already in the history). A History never changes: it equals the tuple of
-    its records, and its slices are tuples."""
+    its records, and its slices are tuples.
 
-    __slots__ = ("__weakref__", "_items", "_n", "lineage")
+    An owner that also logs where it replaced a record (``replaced``, see :meth:`view`) lets a cache of
+    statuses and values catch up in O(new + replaced records) too: :meth:`replaced_since`."""
+
+    __slots__ = ("__weakref__", "_items", "_mark", "_n", "_replaced", "lineage")
 
     def __init__(self, records: Iterable[TrialRecord] = (), lineage: object | None = None) -> None:
         self._items: Sequence[TrialRecord] = tuple(records)
         self._n = len(self._items)
         self.lineage: object = object() if lineage is None else lineage
+        self._replaced: Sequence[int] | None = None
+        self._mark = 0
 
     @classmethod
-    def view(cls, records: list[TrialRecord], lineage: object) -> History:
+    def view(cls, records: list[TrialRecord], lineage: object, replaced: Sequence[int] | None = None) -> History:
         """The records ``records`` holds now, not copied: its owner may append to it, but must not change
         what is there while the view lives (the manager copies its list first where a view it handed out is
-        still referenced: it keeps a weak reference to each)."""
+        still referenced: it keeps a weak reference to each).
+
+        ``replaced``, when given, is the owner's log of this lineage: the index of every record it replaced
+        (a new status or value of the same trial), in order, only ever appended to (a new lineage gets a new
+        log). The view notes how long it is now (:attr:`mark`)."""
         self = cls.__new__(cls)
         self._items, self._n, self.lineage = records, len(records), lineage
+        self._replaced, self._mark = replaced, 0 if replaced is None else len(replaced)
         return self
+
+    @property
+    def mark(self) -> int | None:
+        """How many replacements this lineage had logged when this view was made (None: no log kept)."""
+        return None if self._replaced is None else self._mark
+
+    def replaced_since(self, mark: int) -> Sequence[int] | None:
+        """The indices of the records replaced after an earlier view of this lineage whose :attr:`mark` was
+        ``mark``, up to this view (repeats possible; None where no log is kept). Records past the earlier
+        view's length are new to it anyway."""
+        log = self._replaced
+        if log is None or not 0 <= mark <= self._mark:
+            return None
+        return log[mark:self._mark]
 
     def __len__(self) -> int:
         return self._n
