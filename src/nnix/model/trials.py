@@ -121,6 +121,13 @@ class TrialRecord:
     intermediate: _Intermediate = _Intermediate()
     trial_id: str | None = None  # None for imported results
 
+    def __init__(  # (as dataclass writes it, one C call for all fields: records are built by the 100k)
+        self, parameter_id: int, params: Params, status: TrialStatus, value: float | None = None,
+        intermediate: Sequence[float] = (), trial_id: str | None = None,
+    ) -> None:
+        self.__dict__.update(parameter_id=parameter_id, params=params, status=status, value=value,
+                             series=intermediate, trial_id=trial_id)
+
     if TYPE_CHECKING:
         @property
         def series(self) -> Sequence[float]:
