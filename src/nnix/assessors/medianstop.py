@@ -12,17 +12,24 @@ NNI's rule, for a trial with ``S`` intermediate results:
    Both comparisons are strict.
 
 Pure: everything comes from the records handed in (no per-trial memory), so a resumed experiment judges
-exactly as before. Deviation: without ``optimize_mode`` in classArgs the assessor follows the
+exactly as before. Its cache (the sorted averages per step) follows the manager's history from assessment
+to assessment in O(new + changed records), not O(history).
+
+Deviation: without ``optimize_mode`` in classArgs the assessor follows the
 experiment's direction (NNI assumes ``maximize``, a trap with a minimising tuner).
 """
 
 from __future__ import annotations
 
+import math
+from array import array
+from bisect import bisect_left, insort
+from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from nnix.assessors.base import AssessorContext, Decision
+from nnix.assessors.base import AssessedHistory, AssessorContext, CountedRecords, Decision
 from nnix.model.args import TunerArgs
 from nnix.model.status import TrialStatus
 from nnix.model.trials import Direction, TrialRecord
@@ -35,31 +42,86 @@ class MedianstopArgs(TunerArgs):
     start_step: int = Field(default=0, ge=0, le=9999)
 
 
+def _averages(values: Sequence[float]) -> list[float]:
+    """The running averages of ``values``, each as the rule computes it (``sum(values[:s]) / s``)."""
+    return [sum(values[:s]) / s for s in range(1, len(values) + 1)]
+
+
+class _Steps(CountedRecords):
+    """Per step ``s``, the sorted running averages over the first ``s`` results of every completed successful
+    trial with at least ``s`` results (raw doubles): the median is one index away."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[array[float]] = []  # steps[s - 1]
+        self.odd = 0  # records counted with a non-finite average: not in steps (sorting them is ill-defined)
+
+    def counts(self, record: TrialRecord) -> bool:
+        return record.status is TrialStatus.SUCCEEDED and len(record.series) > 0
+
+    def added(self, record: TrialRecord) -> None:
+        averages = _averages(record.series)
+        if not all(map(math.isfinite, averages)):
+            self.odd += 1
+            return
+        while len(self.steps) < len(averages):
+            self.steps.append(array("d"))
+        for sorted_at, a in zip(self.steps, averages, strict=False):
+            insort(sorted_at, a)
+
+    def removed(self, record: TrialRecord) -> None:
+        averages = _averages(record.series)
+        if not all(map(math.isfinite, averages)):
+            self.odd -= 1
+            return
+        for sorted_at, a in zip(self.steps, averages, strict=False):
+            del sorted_at[bisect_left(sorted_at, a)]
+
+    def clear(self) -> None:
+        self.steps, self.odd = [], 0
+        super().clear()
+
+    def at(self, s: int) -> Sequence[float]:
+        return self.steps[s - 1] if s <= len(self.steps) else ()
+
+
 class MedianstopAssessor:
-    """NNI's median stopping rule, stateless."""
+    """NNI's median stopping rule. Its only state is a cache of the history (:class:`_Steps`, followed from
+    the manager's history in O(new + changed records) per assessment): the decision is the rule's on the
+    history handed in, whatever came before."""
 
     Args: ClassVar[type[TunerArgs]] = MedianstopArgs
 
     def __init__(self, args: MedianstopArgs | None = None) -> None:
         self.args = args or MedianstopArgs()
+        self._steps = _Steps()
 
     def direction(self, ctx: AssessorContext) -> Direction:
         mode = self.args.optimize_mode
         return ctx.direction if mode is None else Direction(mode)
 
     def assess(self, ctx: AssessorContext, trial: TrialRecord) -> Decision:
-        history = trial.intermediate
+        history = trial.series
         s = len(history)
         if s == 0 or s < self.args.start_step:
             return Decision.GOOD
-        averages = sorted(
-            sum(r.intermediate[:s]) / s
-            for r in ctx.history
-            if r.parameter_id != trial.parameter_id and r.status is TrialStatus.SUCCEEDED and len(r.intermediate) >= s
-        )
+        averages = self._averages_at(ctx, trial, s)
         if not averages:
             return Decision.GOOD
         n = len(averages)
         if self.direction(ctx) is Direction.MAXIMIZE:
             return Decision.BAD if max(history) < averages[(n - 1) // 2] else Decision.GOOD
         return Decision.BAD if min(history) > averages[n // 2] else Decision.GOOD
+
+    def _averages_at(self, ctx: AssessorContext, trial: TrialRecord, s: int) -> Sequence[float]:
+        """The sorted running averages over the first ``s`` results of the other completed successful trials."""
+        if isinstance(ctx.history, AssessedHistory):
+            steps = self._steps
+            steps.follow(ctx.history.history)
+            if trial.parameter_id not in steps.pids and not steps.odd:
+                return steps.at(s)
+        return sorted(
+            sum(r.series[:s]) / s
+            for r in ctx.history
+            if r.parameter_id != trial.parameter_id and r.status is TrialStatus.SUCCEEDED and len(r.series) >= s
+        )

@@ -29,7 +29,7 @@ from typing import Any
 from nnix.agent.channel import metric_problem
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
-from nnix.assessors.base import Assessor, AssessorContext, Decision
+from nnix.assessors.base import AssessedHistory, Assessor, AssessorContext, Decision
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.core.state import (
     HISTORY_CHUNK,
@@ -423,9 +423,10 @@ class ExperimentManager:
         self._assessed[trial_id] = len(prefix)
         record = TrialRecord(t.parameter_id if t.parameter_id is not None else -1, t.params, t.status,
                              t.final_value, tuple(prefix), trial_id)
-        history = [r for r in self._history() if r.trial_id != trial_id] + [record]
+        view = self._history_view()  # every other record as the tuner sees them, then this one: made in O(1)
+        history = AssessedHistory(view, self._history_at.get(trial_id), record)
         try:
-            decision = self.assessor.assess(AssessorContext(self.direction, tuple(history)), record)
+            decision = self.assessor.assess(AssessorContext(self.direction, history), record)
         except Exception as e:  # an assessor bug must not kill the experiment
             log.exception("assessor crashed on trial %s", trial_id)
             self._set_status(ExperimentStatus.ERROR, f"assessor crashed: {type(e).__name__}: {e}")
