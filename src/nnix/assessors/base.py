@@ -113,19 +113,29 @@ class CountedRecords:
         self.records.clear()
         self.pids.clear()
 
+    def rebuilt(self, records: Iterable[TrialRecord]) -> None:
+        """After :meth:`clear`, add ``records`` (those that count) at once: :meth:`added` one by one, unless a
+        subclass does it in bulk."""
+        for record in records:
+            self.added(record)
+
     def follow(self, history: History) -> None:
         """Catch up with ``history``."""
         n, n_old = len(history), self._n
         replaced = None
         if history.lineage is self._lineage and n >= n_old and self._mark is not None:
             replaced = history.replaced_since(self._mark)
-        indices: Iterable[int]
-        if replaced is None:
-            self.clear()
-            indices = range(n)
-        else:
-            indices = chain((i for i in replaced if i < n_old), range(n_old, n))
         records, pids = self.records, self.pids
+        self._lineage, self._n, self._mark = history.lineage, n, history.mark
+        if replaced is None:  # read in full
+            self.clear()
+            for i, record in enumerate(history):
+                if self.counts(record):
+                    records[i] = record
+                    pids[record.parameter_id] += 1
+            self.rebuilt(records.values())
+            return
+        indices = chain((i for i in replaced if i < n_old), range(n_old, n))
         for i in indices:
             old = records.pop(i, None)
             if old is not None:
@@ -138,4 +148,3 @@ class CountedRecords:
                 records[i] = record
                 pids[record.parameter_id] += 1
                 self.added(record)
-        self._lineage, self._n, self._mark = history.lineage, n, history.mark

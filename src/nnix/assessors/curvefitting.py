@@ -31,7 +31,7 @@ import math
 import warnings
 from array import array
 from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -314,6 +314,11 @@ class _Lasts(CountedRecords):
     def clear(self) -> None:
         self.lasts, self.odd = array("d"), 0
         super().clear()
+
+    def rebuilt(self, records: Iterable[TrialRecord]) -> None:
+        lasts = [record.series[-1] for record in records]
+        finite = [last for last in lasts if not math.isnan(last)]
+        self.lasts, self.odd = array("d", sorted(finite)), len(lasts) - len(finite)
 
 
 class CurvefittingAssessor:

@@ -12,8 +12,8 @@ NNI's rule, for a trial with ``S`` intermediate results:
    Both comparisons are strict.
 
 Pure: everything comes from the records handed in (no per-trial memory), so a resumed experiment judges
-exactly as before. Its cache (the sorted averages per step) follows the manager's history from assessment
-to assessment in O(new + changed records), not O(history).
+exactly as before. Its cache (the sorted averages of each step asked for) follows the manager's history from
+assessment to assessment in O(new + changed records), not O(history).
 
 Deviation: without ``optimize_mode`` in classArgs the assessor follows the
 experiment's direction (NNI assumes ``maximize``, a trap with a minimising tuner).
@@ -22,9 +22,11 @@ experiment's direction (NNI assumes ``maximize``, a trap with a minimising tuner
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import accumulate
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -42,47 +44,75 @@ class MedianstopArgs(TunerArgs):
     start_step: int = Field(default=0, ge=0, le=9999)
 
 
+# Up to Python 3.11, sum() adds floats one after the other: a running sum is each prefix's sum, bit for bit
+# (3.12 compensates the rounding: there, each prefix is summed anew)
+_RUNNING_SUM_EXACT = sys.version_info < (3, 12)
+
+
 def _averages(values: Sequence[float]) -> list[float]:
     """The running averages of ``values``, each as the rule computes it (``sum(values[:s]) / s``)."""
+    if _RUNNING_SUM_EXACT:
+        sums = accumulate(values, initial=0.0)
+        next(sums)
+        return [total / s for s, total in enumerate(sums, 1)]
     return [sum(values[:s]) / s for s in range(1, len(values) + 1)]
 
 
+def _odd(values: Sequence[float]) -> bool:
+    """Whether a running average of ``values`` is NaN (then their sum is: NaN stays NaN, and an overflow of
+    finite values gives an infinity, not NaN). Sorting those is ill-defined: such records are not followed."""
+    return math.isnan(sum(values))
+
+
 class _Steps(CountedRecords):
-    """Per step ``s``, the sorted running averages over the first ``s`` results of every completed successful
-    trial with at least ``s`` results (raw doubles): the median is one index away."""
+    """The completed successful trials, and per step ``s`` asked for so far the sorted running averages over
+    the first ``s`` results of those with at least ``s`` results (raw doubles): the median is one index away. A
+    step is sorted when first asked for (once, what one assessment cost before), then kept as trials end."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.steps: list[array[float]] = []  # steps[s - 1]
-        self.odd = 0  # records counted with a non-finite average: not in steps (sorting them is ill-defined)
+        self.steps: dict[int, array[float]] = {}
+        self.odd = 0  # records counted with a NaN running average: in no step (while there is one: read afresh)
 
     def counts(self, record: TrialRecord) -> bool:
         return record.status is TrialStatus.SUCCEEDED and len(record.series) > 0
 
-    def added(self, record: TrialRecord) -> None:
-        averages = _averages(record.series)
-        if not all(map(math.isfinite, averages)):
-            self.odd += 1
+    def _update(self, record: TrialRecord, add: bool) -> None:
+        series = record.series
+        if _odd(series):
+            self.odd += 1 if add else -1
             return
-        while len(self.steps) < len(averages):
-            self.steps.append(array("d"))
-        for sorted_at, a in zip(self.steps, averages, strict=False):
-            insort(sorted_at, a)
+        longest = max((s for s in self.steps if s <= len(series)), default=0)
+        if not longest:
+            return
+        averages = _averages(series[:longest])
+        for s, sorted_at in self.steps.items():
+            if s <= longest:
+                if add:
+                    insort(sorted_at, averages[s - 1])
+                else:
+                    del sorted_at[bisect_left(sorted_at, averages[s - 1])]
+
+    def added(self, record: TrialRecord) -> None:
+        self._update(record, add=True)
 
     def removed(self, record: TrialRecord) -> None:
-        averages = _averages(record.series)
-        if not all(map(math.isfinite, averages)):
-            self.odd -= 1
-            return
-        for sorted_at, a in zip(self.steps, averages, strict=False):
-            del sorted_at[bisect_left(sorted_at, a)]
+        self._update(record, add=False)
 
     def clear(self) -> None:
-        self.steps, self.odd = [], 0
+        self.steps, self.odd = {}, 0
         super().clear()
 
+    def rebuilt(self, records: Iterable[TrialRecord]) -> None:
+        self.odd = sum(_odd(record.series) for record in records)
+
     def at(self, s: int) -> Sequence[float]:
-        return self.steps[s - 1] if s <= len(self.steps) else ()
+        """The sorted averages at step ``s`` (while :attr:`odd` is 0)."""
+        sorted_at = self.steps.get(s)
+        if sorted_at is None:
+            averages = (sum(r.series[:s]) / s for r in self.records.values() if len(r.series) >= s)
+            sorted_at = self.steps[s] = array("d", sorted(averages))
+        return sorted_at
 
 
 class MedianstopAssessor:
