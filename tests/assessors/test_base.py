@@ -15,7 +15,7 @@ from nnix.assessors.curvefitting import CurvefittingArgs, CurvefittingAssessor
 from nnix.assessors.medianstop import MedianstopArgs, MedianstopAssessor
 from nnix.model.status import TrialStatus
 from nnix.model.trials import Direction, Series, TrialRecord
-from nnix.tuners.base import History
+from nnix.tuners.base import History, ReplacedLog
 
 S = TrialStatus.SUCCEEDED
 
@@ -49,7 +49,7 @@ class _Driver:
         self.history: list[TrialRecord] = []
         self.at: dict[str, int] = {}
         self.lineage: object = object()
-        self.log: list[int] = []
+        self.log = ReplacedLog()
 
     def put(self, record: TrialRecord) -> None:
         assert record.trial_id is not None
@@ -62,7 +62,7 @@ class _Driver:
             self.log.append(i)
 
     def new_lineage(self) -> None:
-        self.history, self.lineage, self.log = list(self.history), object(), []
+        self.history, self.lineage, self.log = list(self.history), object(), ReplacedLog()
 
     def run(self, judge: Any, n_trials: int = 160, concurrency: int = 6) -> list[tuple[Decision, Decision]]:
         """Drive ``judge(ctx_new, ctx_old, trial) -> (new decision, old decision)`` at each growth of a result."""
@@ -102,6 +102,8 @@ class _Driver:
                     self.put(TrialRecord(r.parameter_id, r.params, S, r.value, Series(late), r.trial_id))
             if rng.random() < 0.01:
                 self.new_lineage()
+            elif rng.random() < 0.01:
+                self.log.trim(int(rng.integers(3)))  # (the assessor behind the log reads it all)
         return out
 
 

@@ -15,7 +15,7 @@ from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace, contains, grid, key, sample
 from nnix.testing.spaces import CONTINUOUS, EVERY_TYPE, NESTED, QUADRATIC, SMALL
 from nnix.testing.tuners import TunerContract
-from nnix.tuners.base import Direction, History, TrialRecord, Tuner, TunerContext
+from nnix.tuners.base import Direction, History, ReplacedLog, TrialRecord, Tuner, TunerContext
 from nnix.tuners.random import RandomTuner
 from nnix.tuners.tpe import HyperoptArgs, TpeArgs, TpeLegacyTuner, TpeTuner, TpeTunerArgs
 
@@ -291,7 +291,7 @@ class _CountingView(History):
     reads: int
 
     @classmethod
-    def of(cls, records: list[TrialRecord], lineage: object, log: list[int]) -> _CountingView:
+    def of(cls, records: list[TrialRecord], lineage: object, log: ReplacedLog) -> _CountingView:
         view = History.view(records, lineage, log)
         self = cls.__new__(cls)
         self._items, self._n, self.lineage = view._items, view._n, view.lineage
@@ -323,7 +323,7 @@ def test_a_lineage_with_a_log_of_replaced_records_is_read_in_o_new_and_proposes_
         u, params = rng.random(), sample(space, rng)
         status = TrialStatus.FAILED if u < 0.05 else TrialStatus.RUNNING if u < 0.1 else TrialStatus.SUCCEEDED
         records.append(TrialRecord(i, params, status, float(rng.normal()) if status is TrialStatus.SUCCEEDED else None))
-    lineage, log = object(), list[int]()
+    lineage, log = object(), ReplacedLog()
     tuner = TpeTuner()
     tuner.suggest(TunerContext(space, Direction.MINIMIZE, 3, _CountingView.of(records, lineage, log)), [9999])
     for ask in range(4):
@@ -334,10 +334,13 @@ def test_a_lineage_with_a_log_of_replaced_records_is_read_in_o_new_and_proposes_
             status = TrialStatus.FAILED if j == changed[0] else TrialStatus.SUCCEEDED
             records[j] = TrialRecord(r.parameter_id, r.params, status, None if j == changed[0] else -float(ask))
             log.append(j)
+        if ask == 2:
+            log.trim(1)  # the log dropped entries the tuner has not seen: it reads the facts of every record
         ids = [len(records), len(records) + 1]
         view = _CountingView.of(records, lineage, log)
         got = tuner.suggest(TunerContext(space, Direction.MINIMIZE, 3, view), ids)
         new = 2 if ask else 0  # the proposals of the previous ask: read for their params, facts (and dedup's keys)
-        assert view.reads <= 3 * new + len(changed)  # neither the old records nor a copy of them read
+        if ask != 2:
+            assert view.reads <= 3 * new + len(changed)  # neither the old records nor a copy of them read
         assert got == TpeTuner().suggest(TunerContext(space, Direction.MINIMIZE, 3, tuple(records)), ids)
         records.extend(TrialRecord(i, p, TrialStatus.RUNNING) for i, p in zip(ids, got, strict=True))

@@ -20,7 +20,6 @@ import shlex
 import string
 import time
 import weakref
-from array import array
 from collections.abc import Callable, Sequence
 from itertools import islice
 from pathlib import Path
@@ -68,7 +67,7 @@ from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
 from nnix.store.base import Snapshot, Store
-from nnix.tuners.base import History, Tuner, TunerContext
+from nnix.tuners.base import History, ReplacedLog, Tuner, TunerContext
 
 log = logging.getLogger("nnix.manager")
 
@@ -152,7 +151,7 @@ class ExperimentManager:
         self._history_list: list[TrialRecord] = []
         self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
         self._lineage = object()
-        self._replaced: array[int] = array("q")  # where _history_list had a record replaced, this lineage
+        self._replaced = ReplacedLog()  # where _history_list had a record replaced, this lineage (see History)
         self._views: list[weakref.ref[History]] = []  # the views of _history_list handed out
         self._reading_records = False  # the first read of every trial's record is under way (see _read_records)
         self._asked = False  # the tuner was asked once (its first ask catches up with the whole history)
@@ -540,6 +539,8 @@ class ExperimentManager:
                     self._views = []
                     history[i] = new
                     self._replaced.append(i)
+                    if self._replaced.kept() > 2 * len(history) + 4096:  # (bounded: a tuner behind reads it all)
+                        self._replaced.trim(len(history) + 2048)
                 else:
                     rebuild = True
             self._stale_records.clear()
@@ -551,7 +552,7 @@ class ExperimentManager:
                 if record is not None:
                     self._history_at[trial_id] = len(self._history_list)
                     self._history_list.append(record)
-            self._lineage, self._replaced = object(), array("q")
+            self._lineage, self._replaced = object(), ReplacedLog()
             self._views = []
         return self._history_list
 
