@@ -398,20 +398,26 @@ def _rows_of(obs: Array, which: IntArray | BoolArray, out: Array) -> Array:
     return np.take(obs, which.astype(np.int64, copy=False), axis=0, out=out)
 
 
-def _smallest_at(a: Array, k: int) -> IntArray:
+def _smallest_at(a: Array, k: int, bound: float | None = None) -> tuple[IntArray, float | None]:
     """The positions (ascending) of the ``k`` smallest entries of ``a``, ties going to the earliest (a stable
-    sort's first ``k``)."""
+    sort's first ``k``), and the ``k``-th smallest value. ``bound``: a guess of it (the last one found); where at
+    least ``k`` entries are at most ``bound``, the ``k`` smallest are among them, and only those are sorted out."""
     if k >= a.size:
-        return np.arange(a.size, dtype=np.int64)
+        return np.arange(a.size, dtype=np.int64), None
     if k <= 0:
-        return np.empty(0, dtype=np.int64)
-    kth = np.partition(a, k - 1)[k - 1]
-    below = np.flatnonzero(a < kth)
-    if below.size == k:
-        return below
-    tied = np.flatnonzero(a == kth)[: k - below.size]
-    out: IntArray = np.union1d(below, tied)
-    return out
+        return np.empty(0, dtype=np.int64), None
+    at: IntArray | None = None
+    if bound is not None:
+        at = np.flatnonzero(a <= bound)
+        if at.size < k:
+            at = None
+    sub = a if at is None else a[at]
+    kth = float(np.partition(sub, k - 1)[k - 1])
+    below = np.flatnonzero(sub < kth)
+    if below.size < k:
+        below = np.union1d(below, np.flatnonzero(sub == kth)[: k - below.size])
+    out: IntArray = below if at is None else at[below]
+    return out, kth
 
 
 class _Scratch:
@@ -618,14 +624,17 @@ class _Data:
     many), which columns hold no NaN in any row, and which observations are good (their positions; a mask
     when first asked for)."""
 
-    def __init__(self, rows: Array, loss: Array, real: BoolArray, n_real: int, complete: BoolArray) -> None:
+    def __init__(
+        self, rows: Array, loss: Array, real: BoolArray, n_real: int, complete: BoolArray, bound: list[float | None],
+    ) -> None:
         self.rows, self.loss, self.real, self.n_real, self.complete = rows, loss, real, n_real, complete
+        self._bound = bound  # the tuner's guess of the largest good loss (the last one found), updated here
         self._good_at: IntArray | None = None
         self._good: BoolArray | None = None
 
     def good_at(self, s: TpeSettings) -> IntArray:
         if self._good_at is None:
-            self._good_at = _smallest_at(self.loss, s.n_good(self.loss.size))
+            self._good_at, self._bound[0] = _smallest_at(self.loss, s.n_good(self.loss.size), self._bound[0])
         return self._good_at
 
     def good(self, s: TpeSettings) -> BoolArray:
@@ -648,6 +657,7 @@ class TPETuner:
         self._history = _EncodedHistory()
         self._scratch = _Scratch()
         self._dedup = Deduplicator()
+        self._good_bound: list[float | None] = [None]  # the largest good loss last found (a guess: see _smallest_at)
 
     def _encoding_for(self, space: SearchSpace) -> _Encoding:
         enc = self._encoding
@@ -680,7 +690,8 @@ class TPETuner:
         self._dedup.begin(ctx)
         out: list[Params] = []
         for pid in parameter_ids:
-            params = self._one(enc, ctx.space, seed, pid, _Data(obs_rows, obs_loss, real, n_real, complete))
+            data = _Data(obs_rows, obs_loss, real, n_real, complete, self._good_bound)
+            params = self._one(enc, ctx.space, seed, pid, data)
             if not self._dedup.accept(out, params):
                 break
             assert params is not None
