@@ -41,8 +41,8 @@ Model
   still count every observation. With fewer bad observations nothing changes (bit for bit). Where every
   observation is a member of the top group (no NaN there), the good set is found by position and the
   window by rank, with no mask of the whole history: besides the window, a proposal costs a few passes
-  over one value per observation (``bench/tuner_scale.py``: 2.2 ms at 20,000, 3.1 ms at 100,000). Effect
-  (``bench/quality.py --tpe-window``, median best of 9 seeds after 500 trials, gap to the optimum
+  over one value per observation (``bench/tuner_scale.py``, 2-core loaded: 1.3-2.7 ms at 20,000, 1.9-2.5 ms
+  at 100,000). Effect (``bench/quality.py --tpe-window``, median best of 9 seeds after 500 trials, gap to the optimum
   relative to no window): a window of 256 (half the history) 1.27 on Branin (0.39794 vs 0.39789),
   0.32 on the mixed space, 0.95 on Hartmann6; of 16, 13.8, 2.5 and 1.55: thinning hurts only when
   the window is a small fraction of a short history.
