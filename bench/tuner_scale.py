@@ -1,7 +1,7 @@
 """Tuner cost per suggestion at long histories, this tree against the old implementation, same run.
 
-Run: python bench/tuner_scale.py [--sizes 1000,20000,100000] [--reps 9] [--tuners tpe,random,grid,anneal,evolution]
-                                 [--base /work/wt/base/src] [--no-base]
+Run: python bench/tuner_scale.py [--sizes 1000,20000,100000] [--reps 9] [--rounds 3]
+                                 [--tuners tpe,random,grid,anneal,evolution] [--base /work/wt/base/src] [--no-base]
 
 For each tuner and history size ``n``, a history of ``n`` finished trials is built, one warm tuner is
 asked for the next proposal ``--reps`` times, the history growing by that proposal (finished) after
@@ -9,7 +9,8 @@ each ask, as the manager drives it. Each ask gets a fresh ``History`` of the sam
 the manager hands it, and handing it is timed with the ask: a view of the manager's list where the tree has
 ``History.view`` (no copy), else ``History(records)`` (the copy the manager made per ask; a plain ``tuple`` for
 trees without ``History``).
-The figure is the median CPU time of one ask (``time.process_time``: the machine may be loaded by
+The figure is the median CPU time of one ask (of ``--rounds`` runs of each tree, alternating: the median of
+their medians) (``time.process_time``: the machine may be loaded by
 others; the wall-clock median is printed too). The first ask of a fresh tuner (catching up with the
 whole history) is shown apart.
 
@@ -72,11 +73,14 @@ def worker(sizes: list[int], reps: int, tuners: list[str]) -> dict[str, Any]:
     except ImportError:  # older trees: a plain tuple
         History = None  # type: ignore[assignment,misc]
     lineage = object()
+    replaced: list[int] = []  # records are only appended here
 
     def as_history(records: list[Any]) -> Any:
         if History is None:
             return tuple(records)
         if hasattr(History, "view"):
+            if hasattr(History, "replaced_since"):  # with the manager's (here empty) log of replaced records
+                return History.view(records, lineage, replaced)
             return History.view(records, lineage)
         return History(records, lineage)
     from nnix.tuners.tpe import TpeTuner
@@ -171,10 +175,22 @@ def _run(src: Path, sizes: list[int], reps: int, tuners: list[str]) -> dict[str,
     return result
 
 
+def _median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the runs of one tree."""
+    return {
+        name: {
+            n: {key: statistics.median(run[name][n][key] for run in runs) for key in runs[0][name][n]}
+            for n in runs[0][name]
+        }
+        for name in runs[0]
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1000,20000,100000")
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of each tree (median of their medians)")
     ap.add_argument("--tuners", default=",".join(TUNERS))
     ap.add_argument("--base", default="/work/wt/base/src", help="src of the old implementation")
     ap.add_argument("--no-base", action="store_true", help="skip the old implementation")
@@ -187,10 +203,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     here = Path(__file__).resolve().parent.parent / "src"
-    print(f"tuner cost per suggestion, median CPU ms of {a.reps} asks (machine load: {os.getloadavg()[0]:.1f})")
+    print(f"tuner cost per suggestion, median CPU ms of {a.reps} asks, {a.rounds} alternating rounds"
+          f" (machine load: {os.getloadavg()[0]:.1f})")
     t0 = time.perf_counter()
-    new = _run(here, sizes, a.reps, tuners)
-    old = None if a.no_base or not Path(a.base).is_dir() else _run(Path(a.base), sizes, a.reps, tuners)
+    with_base = not a.no_base and Path(a.base).is_dir()
+    news: list[dict[str, Any]] = []
+    olds: list[dict[str, Any]] = []
+    for r in range(max(1, a.rounds)):  # alternating, the order swapped each round: load hits both alike
+        order = [(here, news), (Path(a.base), olds)] if with_base else [(here, news)]
+        for src, into in order if r % 2 == 0 else order[::-1]:
+            into.append(_run(src, sizes, a.reps, tuners))
+    new = _median_of(news)
+    old = _median_of(olds) if olds else None
     print(f"measured in {time.perf_counter() - t0:.0f} s\n")
     print(
         f"{'tuner':<10} {'history':>8} {'new ms':>9} {'wall ms':>9} {'old ms':>9} {'old/new':>8} {'goal':>12}"

@@ -630,6 +630,27 @@ def test_a_history_the_tuner_keeps_never_changes(tmp_path: Path) -> None:
         m.store.close()
 
 
+def test_the_history_handed_to_the_tuner_logs_the_records_replaced_since_the_last_view(tmp_path: Path) -> None:
+    """A tuner catches up with the values and statuses of a history of its lineage through the manager's log of
+    replaced records (TPE reads those alone): every record the manager replaced is in it."""
+    from nnix.core.events import TrialEnded
+
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=3)
+    m = manager_for(d)
+    try:
+        m.record(TrialCreated("t0", 0, 0, {"x": 0.1}), TrialCreated("t1", 1, 1, {"x": 0.2}))
+        first = m._history_view()
+        assert first.mark is not None
+        m.record(TrialStarted("t1", "env", str(tmp_path)), MetricReported("t1", MetricType.FINAL, 0, 0.5, 0),
+                 TrialEnded("t1", TrialStatus.SUCCEEDED, 0), TrialCreated("t2", 2, 2, {"x": 0.3}))
+        second = m._history_view()
+        assert second.lineage is first.lineage and second[1].value == 0.5
+        assert set(second.replaced_since(first.mark) or ()) == {1}  # t1's record; t2's is new, t0's unchanged
+        assert second.mark is not None and list(m._history_view().replaced_since(second.mark) or ()) == []
+    finally:
+        m.store.close()
+
+
 def test_the_first_read_of_every_record_lets_the_loop_run_and_misses_nothing(tmp_path: Path, monkeypatch: Any) -> None:
     """A resumed manager reads its trials' records for the tuner a chunk per loop turn; what is recorded meanwhile
     (a new trial, a trial changed) is in the history it then hands out, in order, as a full rebuild has it."""

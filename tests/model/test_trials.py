@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from array import array
+from dataclasses import FrozenInstanceError, replace
+from typing import Any
 
 import pytest
 
@@ -46,3 +49,29 @@ def test_a_lazy_series_reads_its_values_when_first_asked_and_shares_them() -> No
     assert len(a) == 2 and len(b) == 3 and empty == () and not loads
     assert b == (3.0, 4.0, 5.0) and b[-1] == 5.0 and b[1:] == (4.0, 5.0) and a == Series([1.0, 2.0])
     assert list(a) == [1.0, 2.0] and len(loads) == 1
+
+
+def _lazy(values: list[float]) -> Series:
+    return Series.lazy(lambda: array("d", [9.0, *values]), 1, 1 + len(values))
+
+
+@pytest.mark.parametrize("make", [tuple, Series, _lazy], ids=["tuple", "series", "lazy"])
+def test_a_records_intermediate_results_do_what_a_tuple_did_for_a_tuner_or_assessor_of_ones_own(make: Any) -> None:
+    """A custom tuner or assessor written when ``intermediate`` was a tuple keeps working whatever the manager
+    holds (a Series, read lazily from the store): it reads a tuple."""
+    r = TrialRecord(3, {"x": 1}, TrialStatus.RUNNING, None, make([0.5, 0.25, 1.0]), "t3")
+    assert r.intermediate + (2.0,) == (0.5, 0.25, 1.0, 2.0)  # noqa: RUF005 (concatenation, as custom code does)
+    assert (0.0, *r.intermediate) == (0.0, 0.5, 0.25, 1.0) and (0.0,) + r.intermediate == (0.0, 0.5, 0.25, 1.0)  # noqa: RUF005
+    assert list(r.intermediate) == [0.5, 0.25, 1.0] and list(r.intermediate[1:]) == [0.25, 1.0]
+    assert r.intermediate[:2] == (0.5, 0.25) and r.intermediate[::-1] == (1.0, 0.25, 0.5)  # slicing
+    assert len(r.intermediate) == 3 and r.intermediate[0] == 0.5 and r.intermediate[-1] == 1.0  # len, indexing
+    assert tuple(r.intermediate) == (0.5, 0.25, 1.0) and r.intermediate == (0.5, 0.25, 1.0)
+    assert isinstance(r.intermediate, tuple) and r.intermediate * 2 == (0.5, 0.25, 1.0) * 2
+    assert json.dumps(r.intermediate) == "[0.5, 0.25, 1.0]"
+    assert json.dumps({"id": r.parameter_id, "curve": r.intermediate}) == '{"id": 3, "curve": [0.5, 0.25, 1.0]}'
+    assert r.series == (0.5, 0.25, 1.0) and (make is tuple) == isinstance(r.series, tuple)  # as held: no copy
+    assert r == TrialRecord(3, {"x": 1}, TrialStatus.RUNNING, None, (0.5, 0.25, 1.0), "t3")
+    assert replace(r, value=1.0).intermediate == (0.5, 0.25, 1.0) and pickle.loads(pickle.dumps(r)) == r
+    assert "intermediate=(0.5, 0.25, 1.0)" in repr(r) and TrialRecord(0, {}, TrialStatus.WAITING).intermediate == ()
+    with pytest.raises(FrozenInstanceError):
+        r.intermediate = ()  # type: ignore[misc]

@@ -6,7 +6,7 @@ import pytest
 
 from nnix.model.status import TrialStatus
 from nnix.model.trials import TrialRecord
-from nnix.tuners.base import History
+from nnix.tuners.base import History, ReplacedLog
 from nnix.tuners.dedup import SeenKeys, extends_records
 
 
@@ -46,3 +46,36 @@ def test_seen_keys_take_a_longer_view_of_the_same_lineage_at_its_word() -> None:
     assert not seen.update(History.view(records[:40], lineage))
     assert seen.update(History.view(records, lineage)) and len(seen.added) == 10
     assert not seen.update(History.view(records[:45], object()))  # a new lineage: counted afresh
+
+
+def test_a_view_with_its_owners_log_says_which_records_were_replaced_since_an_earlier_view() -> None:
+    records = _records(6)
+    lineage = object()
+    log: list[int] = []
+    first = History.view(records, lineage, log)
+    assert first.mark == 0 and first.replaced_since(0) == []
+    records[2] = TrialRecord(2, {"x": 2}, TrialStatus.SUCCEEDED, 0.5)
+    log.append(2)
+    records.append(TrialRecord(6, {"x": 6}, TrialStatus.WAITING))
+    records[4] = TrialRecord(4, {"x": 4}, TrialStatus.FAILED)
+    log.append(4)
+    second = History.view(records, lineage, log)
+    log.append(0)  # after the second view: not its business
+    assert second.mark == 2 and list(second.replaced_since(first.mark or 0) or ()) == [2, 4]
+    assert list(second.replaced_since(1) or ()) == [4] and second.replaced_since(3) is None  # (a later mark)
+    assert History.view(records, lineage).mark is None and History(records).replaced_since(0) is None  # no log
+
+
+def test_a_log_that_dropped_its_oldest_entries_says_so_to_a_view_behind_them() -> None:
+    records = _records(3)
+    lineage, log = object(), ReplacedLog()
+    early = History.view(records, lineage, log)
+    for i in (0, 1, 2, 1):
+        log.append(i)
+    middle = History.view(records, lineage, log)
+    log.append(2)
+    log.trim(2)  # keeps the entries 3 and 4 (1, 2)
+    late = History.view(records, lineage, log)
+    assert len(log) == 5 and log.kept() == 2 and middle.mark == 4 and late.mark == 5
+    assert late.replaced_since(early.mark or 0) is None  # dropped: read it all
+    assert list(late.replaced_since(3) or ()) == [1, 2] and list(late.replaced_since(middle.mark) or ()) == [2]

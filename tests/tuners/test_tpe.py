@@ -15,7 +15,7 @@ from nnix.registry import AlgorithmRef, resolve, validate_args
 from nnix.space import SearchSpace, contains, grid, key, sample
 from nnix.testing.spaces import CONTINUOUS, EVERY_TYPE, NESTED, QUADRATIC, SMALL
 from nnix.testing.tuners import TunerContract
-from nnix.tuners.base import Direction, TrialRecord, Tuner, TunerContext
+from nnix.tuners.base import Direction, History, ReplacedLog, TrialRecord, Tuner, TunerContext
 from nnix.tuners.random import RandomTuner
 from nnix.tuners.tpe import HyperoptArgs, TpeArgs, TpeLegacyTuner, TpeTuner, TpeTunerArgs
 
@@ -282,3 +282,65 @@ def test_at_long_histories_the_bad_mixture_is_bounded(monkeypatch: pytest.Monkey
         got = TpeTuner().suggest(TunerContext(space, Direction.MINIMIZE, 1, tuple(_branin_history(n))), [n])
         assert contains(space, got[0])
         assert len(sizes) == 2 and max(sizes) == 1024  # the good mixture, and the bad one at the window
+
+
+class _CountingView(History):
+    """A History view that counts the records read from it (one by one, by slice or by iteration)."""
+
+    __slots__ = ("reads",)
+    reads: int
+
+    @classmethod
+    def of(cls, records: list[TrialRecord], lineage: object, log: ReplacedLog) -> _CountingView:
+        view = History.view(records, lineage, log)
+        self = cls.__new__(cls)
+        self._items, self._n, self.lineage = view._items, view._n, view.lineage
+        self._replaced, self._mark = view._replaced, view._mark
+        self.reads = 0
+        return self
+
+    def __getitem__(self, index: Any) -> Any:
+        got = super().__getitem__(index)
+        self.reads += len(got) if isinstance(index, slice) else 1
+        return got
+
+    def __iter__(self) -> Any:
+        self.reads += len(self)
+        return super().__iter__()
+
+
+@pytest.mark.parametrize("space_json", [BRANIN_SPACE, NESTED], ids=["branin", "nested"])
+def test_a_lineage_with_a_log_of_replaced_records_is_read_in_o_new_and_proposes_as_a_fresh_tuner(
+    space_json: dict[str, Any],
+) -> None:
+    """The manager hands views of one lineage with its log of replaced records: the tuner reads only the new
+    and the replaced records (not the whole history per ask), and proposes exactly what a fresh tuner given
+    the whole history proposes, above the bad window too (trials that end, fail, change value meanwhile)."""
+    space = SearchSpace.from_json(space_json)
+    rng = np.random.default_rng(5)
+    records: list[TrialRecord] = []
+    for i in range(1300):
+        u, params = rng.random(), sample(space, rng)
+        status = TrialStatus.FAILED if u < 0.05 else TrialStatus.RUNNING if u < 0.1 else TrialStatus.SUCCEEDED
+        records.append(TrialRecord(i, params, status, float(rng.normal()) if status is TrialStatus.SUCCEEDED else None))
+    lineage, log = object(), ReplacedLog()
+    tuner = TpeTuner()
+    tuner.suggest(TunerContext(space, Direction.MINIMIZE, 3, _CountingView.of(records, lineage, log)), [9999])
+    for ask in range(4):
+        changed = [j for j, r in enumerate(records) if r.status is TrialStatus.RUNNING][: 3 + ask]
+        changed.append(int(rng.integers(len(records))))
+        for j in changed:  # running trials end (one fails), a finished one gets another value
+            r = records[j]
+            status = TrialStatus.FAILED if j == changed[0] else TrialStatus.SUCCEEDED
+            records[j] = TrialRecord(r.parameter_id, r.params, status, None if j == changed[0] else -float(ask))
+            log.append(j)
+        if ask == 2:
+            log.trim(1)  # the log dropped entries the tuner has not seen: it reads the facts of every record
+        ids = [len(records), len(records) + 1]
+        view = _CountingView.of(records, lineage, log)
+        got = tuner.suggest(TunerContext(space, Direction.MINIMIZE, 3, view), ids)
+        new = 2 if ask else 0  # the proposals of the previous ask: read for their params, facts (and dedup's keys)
+        if ask != 2:
+            assert view.reads <= 3 * new + len(changed)  # neither the old records nor a copy of them read
+        assert got == TpeTuner().suggest(TunerContext(space, Direction.MINIMIZE, 3, tuple(records)), ids)
+        records.extend(TrialRecord(i, p, TrialStatus.RUNNING) for i, p in zip(ids, got, strict=True))

@@ -29,7 +29,9 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from array import array
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,7 +40,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 from scipy.optimize import least_squares
 
-from nnix.assessors.base import AssessorContext, Decision
+from nnix.assessors.base import AssessedHistory, AssessorContext, CountedRecords, Decision
 from nnix.model.args import TunerArgs
 from nnix.model.status import TrialStatus
 from nnix.model.trials import TrialRecord
@@ -284,21 +286,64 @@ def predict(history: Sequence[float], target: int) -> float | None:
 # the assessor
 
 
+class _Lasts(CountedRecords):
+    """The last intermediate results of the completed successful trials, sorted (raw doubles)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lasts: array[float] = array("d")
+        self.odd = 0  # records counted with a NaN last result: not in lasts (max of them is ill-defined)
+
+    def counts(self, record: TrialRecord) -> bool:
+        return record.status is TrialStatus.SUCCEEDED and len(record.series) > 0
+
+    def added(self, record: TrialRecord) -> None:
+        last = record.series[-1]
+        if math.isnan(last):
+            self.odd += 1
+        else:
+            insort(self.lasts, last)
+
+    def removed(self, record: TrialRecord) -> None:
+        last = record.series[-1]
+        if math.isnan(last):
+            self.odd -= 1
+        else:
+            del self.lasts[bisect_left(self.lasts, last)]
+
+    def clear(self) -> None:
+        self.lasts, self.odd = array("d"), 0
+        super().clear()
+
+    def rebuilt(self, records: Iterable[TrialRecord]) -> None:
+        lasts = [record.series[-1] for record in records]
+        finite = [last for last in lasts if not math.isnan(last)]
+        self.lasts, self.odd = array("d", sorted(finite)), len(lasts) - len(finite)
+
+
 class CurvefittingAssessor:
-    """NNI's curve-fitting assessor: extrapolate, compare with the best completed trial."""
+    """NNI's curve-fitting assessor: extrapolate, compare with the best completed trial. Its only state is a
+    cache of the history (the completed trials' last results, followed from the manager's history in
+    O(new + changed records) per assessment)."""
 
     Args: ClassVar[type[TunerArgs]] = CurvefittingArgs
     heavy: ClassVar[bool] = True  # a judgement fits 12 curves (tens to hundreds of ms): may run in a thread
 
     def __init__(self, args: CurvefittingArgs | None = None) -> None:
         self.args = args or CurvefittingArgs()
+        self._lasts = _Lasts()
 
-    @staticmethod
-    def best_completed(ctx: AssessorContext, trial: TrialRecord) -> float | None:
+    def best_completed(self, ctx: AssessorContext, trial: TrialRecord) -> float | None:
+        """The largest last result of the other completed successful trials (None: none)."""
+        if isinstance(ctx.history, AssessedHistory):
+            cache = self._lasts
+            cache.follow(ctx.history.history)
+            if trial.parameter_id not in cache.pids and not cache.odd:
+                return cache.lasts[-1] if cache.lasts else None
         lasts = [
-            r.intermediate[-1]
+            r.series[-1]
             for r in ctx.history
-            if r.parameter_id != trial.parameter_id and r.status is TrialStatus.SUCCEEDED and r.intermediate
+            if r.parameter_id != trial.parameter_id and r.status is TrialStatus.SUCCEEDED and r.series
         ]
         return max(lasts) if lasts else None
 
@@ -307,14 +352,14 @@ class CurvefittingAssessor:
         return steps >= self.args.start_step and (steps - self.args.start_step) % self.args.gap == 0
 
     def assess(self, ctx: AssessorContext, trial: TrialRecord) -> Decision:
-        s = len(trial.intermediate)
+        s = len(trial.series)
         if s == 0 or not self.judged_at(s) or s >= self.args.epoch_num:
             return Decision.GOOD
         best = self.best_completed(ctx, trial)
         if best is None:
             return Decision.GOOD
         try:
-            prediction = predict(trial.intermediate, self.args.epoch_num)
+            prediction = predict(trial.series, self.args.epoch_num)
         except Exception:  # a numerical corner we did not foresee must not stop the trial
             log.exception("curve fitting failed on trial %s", trial.parameter_id)
             return Decision.GOOD

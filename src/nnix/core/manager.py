@@ -28,7 +28,7 @@ from typing import Any
 from nnix.agent.channel import metric_problem
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
-from nnix.assessors.base import Assessor, AssessorContext, Decision
+from nnix.assessors.base import AssessedHistory, Assessor, AssessorContext, Decision
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.core.state import (
     HISTORY_CHUNK,
@@ -67,7 +67,7 @@ from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
 from nnix.store.base import Snapshot, Store
-from nnix.tuners.base import History, Tuner, TunerContext
+from nnix.tuners.base import History, ReplacedLog, Tuner, TunerContext
 
 log = logging.getLogger("nnix.manager")
 
@@ -151,6 +151,7 @@ class ExperimentManager:
         self._history_list: list[TrialRecord] = []
         self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
         self._lineage = object()
+        self._replaced = ReplacedLog()  # where _history_list had a record replaced, this lineage (see History)
         self._views: list[weakref.ref[History]] = []  # the views of _history_list handed out
         self._reading_records = False  # the first read of every trial's record is under way (see _read_records)
         self._asked = False  # the tuner was asked once (its first ask catches up with the whole history)
@@ -421,9 +422,10 @@ class ExperimentManager:
         self._assessed[trial_id] = len(prefix)
         record = TrialRecord(t.parameter_id if t.parameter_id is not None else -1, t.params, t.status,
                              t.final_value, tuple(prefix), trial_id)
-        history = [r for r in self._history() if r.trial_id != trial_id] + [record]
+        view = self._history_view()  # every other record as the tuner sees them, then this one: made in O(1)
+        history = AssessedHistory(view, self._history_at.get(trial_id), record)
         try:
-            decision = self.assessor.assess(AssessorContext(self.direction, tuple(history)), record)
+            decision = self.assessor.assess(AssessorContext(self.direction, history), record)
         except Exception as e:  # an assessor bug must not kill the experiment
             log.exception("assessor crashed on trial %s", trial_id)
             self._set_status(ExperimentStatus.ERROR, f"assessor crashed: {type(e).__name__}: {e}")
@@ -536,6 +538,9 @@ class ExperimentManager:
                         history = self._history_list = list(history)  # (a view handed out stays as it was)
                     self._views = []
                     history[i] = new
+                    self._replaced.append(i)
+                    if self._replaced.kept() > 2 * len(history) + 4096:  # (bounded: a tuner behind reads it all)
+                        self._replaced.trim(len(history) + 2048)
                 else:
                     rebuild = True
             self._stale_records.clear()
@@ -547,13 +552,14 @@ class ExperimentManager:
                 if record is not None:
                     self._history_at[trial_id] = len(self._history_list)
                     self._history_list.append(record)
-            self._lineage = object()
+            self._lineage, self._replaced = object(), ReplacedLog()
             self._views = []
         return self._history_list
 
     def _history_view(self) -> History:
         """The history as handed to the tuner: a view of the manager's list (O(1), see __init__)."""
-        view = History.view(self._history(), self._lineage)
+        history = self._history()
+        view = History.view(history, self._lineage, self._replaced)
         self._views = [ref for ref in self._views if ref() is not None]
         self._views.append(weakref.ref(view))
         return view

@@ -6,7 +6,7 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from nnix.model.status import TrialStatus
 
@@ -91,6 +91,23 @@ class Series(Sequence[float]):
         return Series, (tuple(self),)
 
 
+class _Intermediate:
+    """``TrialRecord.intermediate``: holds the sequence it is given (the manager gives a :class:`Series`, read
+    from the store when first asked for; any sequence will do) and reads as a tuple of it, as it always did:
+    a tuner or assessor of one's own may concatenate it (``+ (x,)``), ``json.dumps`` it, compare it with a
+    tuple. The tuple is built at each read and not kept (100k trials x 100 results stay raw doubles);
+    :attr:`TrialRecord.series` reads the sequence as held, without a copy."""
+
+    def __get__(self, record: TrialRecord | None, owner: type[TrialRecord] | None = None) -> tuple[float, ...]:
+        if record is None:
+            return ()  # (the field's default)
+        held: Sequence[float] = record.__dict__["series"]
+        return held if type(held) is tuple else tuple(held)
+
+    def __set__(self, record: TrialRecord, values: Sequence[float]) -> None:
+        record.__dict__["series"] = values
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """What a tuner may know about one trial."""
@@ -99,6 +116,20 @@ class TrialRecord:
     params: Params
     status: TrialStatus
     value: float | None = None  # scalar final result (``default`` of a dict), None if none yet
-    # its finite scalar intermediate results in channel order (the manager gives a Series; any sequence will do)
-    intermediate: Sequence[float] = ()
+    # its finite scalar intermediate results in channel order: given as any sequence (the manager gives a lazy
+    # Series), read as a tuple (see _Intermediate); ``series`` is the sequence as given
+    intermediate: _Intermediate = _Intermediate()
     trial_id: str | None = None  # None for imported results
+
+    def __init__(  # (as dataclass writes it, one C call for all fields: records are built by the 100k)
+        self, parameter_id: int, params: Params, status: TrialStatus, value: float | None = None,
+        intermediate: Sequence[float] = (), trial_id: str | None = None,
+    ) -> None:
+        self.__dict__.update(parameter_id=parameter_id, params=params, status=status, value=value,
+                             series=intermediate, trial_id=trial_id)
+
+    if TYPE_CHECKING:
+        @property
+        def series(self) -> Sequence[float]:
+            """The intermediate results as held (a :class:`Series` from the manager): no copy."""
+            ...

@@ -155,8 +155,9 @@ def performance(record: TrialRecord) -> float | None:
     """A trial's performance in its round: the final result, else the latest intermediate one."""
     if record.value is not None:
         return record.value
-    if record.intermediate:
-        return record.intermediate[-1]
+    series = record.series  # (as held: no tuple built)
+    if series:
+        return series[-1]
     return None
 
 
