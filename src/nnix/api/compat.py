@@ -274,7 +274,7 @@ def routes(ctx: ApiContext) -> list[Route]:
     async def check_status(_: Request) -> Response:
         st = m.state
         return JSON({"status": "VIEWED" if ctx.read_only else st.status.value, "errors": st.errors,
-                     "message": st.message, "waitingReason": m.waiting_reason})
+                     "message": st.message, "waitingReason": m.waiting_reason, "resuming": m.resuming})
 
     @route.get("/experiment")
     async def get_experiment(_: Request) -> Response:

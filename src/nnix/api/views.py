@@ -855,6 +855,7 @@ def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: boo
         "metricKeys": list(metric_keys),
         "paramKeys": list(param_keys),
         "waitingReason": manager.waiting_reason,
+        "resuming": manager.resuming,
         "platform": (st.config.get("training_service") or {}).get("platform", ""),
         "trialCommand": st.config.get("trial_command", ""),
         "logDir": str(manager.exp_dir),
