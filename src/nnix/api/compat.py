@@ -427,8 +427,10 @@ def routes(ctx: ApiContext) -> list[Route]:
 
         key = version()
         hit = ctx.views.kept(name, key)
-        if hit is not None:
+        if isinstance(hit, bytes):
             return JSON(hit)
+        if hit is not None:  # (too large to be kept joined: its parts, streamed again)
+            return JSONStream(hit)
         return JSONStream(ctx.views.keep(name, key, version, parts))
 
     @route.post("/experiment/import-data")
