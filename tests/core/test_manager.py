@@ -555,17 +555,13 @@ def _outcome(spec: Any) -> Outcome:
     return Outcome(intermediate=(x, x / 2, 0.25), final=x + 1)
 
 
-def test_a_resumed_manager_hands_the_tuner_every_trial_without_building_them(tmp_path: Path) -> None:
-    """A manager resumed from a store with a snapshot of N ended trials: its tuner's first history is exactly
-    the N records, in creation order, with their parameters, statuses, final values and intermediate values;
-    and none of those trials is built into the manager's state for it (only the trials it creates are)."""
-    from nnix.core.events import LimitsUpdated
-    from nnix.core.state import TrialTable
+def _ran(tmp_path: Path, n: int) -> tuple[FakeMachine, dict[str, Any], Path, list[Any]]:
+    """An experiment that ran n trials (on a fake machine, a snapshot written at its end): the machine, its service
+    option, the experiment directory, and the records of its trials as a tuner is handed them."""
     from nnix.home import read_state
     from nnix.model.trials import TrialRecord
 
-    n = 9
-    _, fake = _fake(_outcome)
+    machine, fake = _fake(_outcome)
     _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=n)
     first = manager_for(d, **fake)
     first.tuner = _Recording()
@@ -573,9 +569,20 @@ def test_a_resumed_manager_hands_the_tuner_every_trial_without_building_them(tmp
         assert asyncio.run(asyncio.wait_for(first.run(), 60)) is ExperimentStatus.DONE
     finally:
         first.store.close()
-    done = read_state(d)
     expected = [TrialRecord(t.parameter_id, t.params, t.status, t.final_value, tuple(t.inter_values), t.trial_id)
-                for t in done.trials.values() if t.parameter_id is not None]
+                for t in read_state(d).trials.values() if t.parameter_id is not None]
+    return machine, fake, d, expected
+
+
+def test_a_resumed_manager_hands_the_tuner_every_trial_without_building_them(tmp_path: Path) -> None:
+    """A manager resumed from a store with a snapshot of N ended trials: its tuner's first history is exactly
+    the N records, in creation order, with their parameters, statuses, final values and intermediate values;
+    and none of those trials is built into the manager's state for it (only the trials it creates are)."""
+    from nnix.core.events import LimitsUpdated
+    from nnix.core.state import TrialTable
+
+    n = 9
+    _, fake, d, expected = _ran(tmp_path, n)
     assert [r.parameter_id for r in expected] == list(range(n))
     assert {r.status for r in expected} == {TrialStatus.SUCCEEDED, TrialStatus.FAILED}
     assert expected[0].intermediate == (0.0, 0.0, 0.25) and expected[1].value == 1.05 and expected[3].value is None
@@ -675,20 +682,9 @@ def test_a_resumed_manager_asks_and_starts_nothing_before_its_history_is_whole(t
     asks its tuner nor starts a trial (not even one left waiting); its first ask then holds all N records."""
     from nnix.core import manager as manager_mod
     from nnix.core.events import LimitsUpdated
-    from nnix.home import read_state
-    from nnix.model.trials import TrialRecord
 
     n = 9
-    machine, fake = _fake(_outcome)
-    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=n)
-    first = manager_for(d, **fake)
-    first.tuner = _Recording()
-    try:
-        assert asyncio.run(asyncio.wait_for(first.run(), 60)) is ExperimentStatus.DONE
-    finally:
-        first.store.close()
-    expected = [TrialRecord(t.parameter_id, t.params, t.status, t.final_value, tuple(t.inter_values), t.trial_id)
-                for t in read_state(d).trials.values() if t.parameter_id is not None]
+    machine, fake, d, expected = _ran(tmp_path, n)
     store = SqliteStore(d / STORE_NAME)
     store.append([LimitsUpdated("max_trial_number", n + 2), TrialCreated("left", n, n, {"x": 0.5}, "customized")])
     store.close()

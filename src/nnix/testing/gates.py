@@ -11,22 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nnix.testing.ctrlc import StartGate
+from nnix.testing.ctrlc import GATE_HELPERS, StartGate
 
 _SITECUSTOMIZE = '''"""nnix.testing.gates: hold the first history read of a resumed manager (see history_gate)."""
-import os as _os
-
+''' + GATE_HELPERS + '''
 
 def _gate():
-    try:
-        with open("/proc/self/cmdline", "rb") as f:
-            cmdline = f.read().split(b"\\0")
-    except OSError:
-        return
-    if b"resume" not in cmdline:
+    if not _marked(b"resume"):
         return
     import asyncio
-    import time
 
     from nnix.core import manager
 
@@ -34,12 +27,9 @@ def _gate():
     read = manager.ExperimentManager._read_records
 
     async def held(self):
-        tmp = _os.path.join(here, "%d.tmp" % _os.getpid())
-        with open(tmp, "w") as f:
-            f.write(str(_os.getpid()))
-        _os.replace(tmp, _os.path.join(here, "history.pid"))
-        deadline = time.monotonic() + {hold!r}
-        while not _os.path.exists(_os.path.join(here, "open")) and time.monotonic() < deadline:
+        _arrived(here, "history.pid")
+        deadline = _time.monotonic() + {hold!r}
+        while not _is_open(here, deadline):
             await asyncio.sleep(0.02)
         await read(self)
 
