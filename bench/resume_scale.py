@@ -8,8 +8,9 @@ touched where it is. Each round, for each tree (its ``src`` first on PYTHONPATH,
 ``maxTrialNumber`` is raised (a LimitsUpdated appended to its store, as `nnix update trialnum` does: far
 enough that the manager is still running when ``--new`` trials have ended), then
 ``nnix resume ID -e DIR --port 0`` is timed until it returns, then until the REST server answers
-``/api/v1/nni/check-status``, then until the ``--new`` new trials have ended (the first ask of the tuner builds
-its history of every trial); the manager's RSS and peak RSS are read then, and ``nnix stop`` ends it.
+``/api/v1/nni/check-status``, then until the first new trial started, then until the ``--new`` new trials have
+ended (the first ask of the tuner builds its history of every trial); the manager's RSS and peak RSS are read
+then, and ``nnix stop`` ends it.
 The trials run the experiment's own command (its code directory may be empty: they then fail at once, which
 costs the manager what any short trial costs).
 
@@ -98,7 +99,11 @@ def one(src: Path, work: Path, exp: Path, new: int) -> dict[str, float]:
     con = sqlite3.connect(db, timeout=60)
     deadline = time.monotonic() + 600
     ended = 0
+    first_s = float("nan")
     while time.monotonic() < deadline:
+        if first_s != first_s and con.execute("SELECT 1 FROM events WHERE kind = 'TrialStarted' AND seq > ? LIMIT 1",
+                                              (seq0,)).fetchone():
+            first_s = time.perf_counter() - t0
         ended = con.execute("SELECT COUNT(*) FROM events WHERE kind = 'TrialEnded' AND seq > ?", (seq0,)).fetchone()[0]
         if ended >= new:
             break
@@ -111,7 +116,7 @@ def one(src: Path, work: Path, exp: Path, new: int) -> dict[str, float]:
     while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
         time.sleep(0.05)
     return {"trials": n_before, "cli_s": cli_s if not r.returncode else float("inf"), "rest_s": rest_s,
-            "new_ended": ended, "trials_s": trials_s, "rss_mb": rss, "peak_mb": peak}
+            "new_ended": ended, "first_trial_s": first_s, "trials_s": trials_s, "rss_mb": rss, "peak_mb": peak}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[tuple[str, str, float]] = [("`nnix resume` returned (s)", "cli_s", GOAL_START_S),
                                           ("REST check-status answered (s)", "rest_s", GOAL_START_S),
+                                          ("first new trial started (s)", "first_trial_s", 0.0),
                                           (f"{a.new} new trials ended (s)", "trials_s", 0.0),
                                           (f"manager RSS after {a.new} trials (MB)", "rss_mb", GOAL_RSS_MB),
                                           ("manager peak RSS (MB)", "peak_mb", GOAL_RSS_MB)]

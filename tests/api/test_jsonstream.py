@@ -111,3 +111,21 @@ def test_a_stream_fitting_one_slice_is_sent_whole_and_a_long_one_in_pieces() -> 
         assert len(json.loads(resp.body)) == 3 * SLICE_BYTES // 1000
 
     asyncio.run(go())
+
+
+def test_parts_given_whole_make_the_same_array_a_slice_of_parts_at_a_time(monkeypatch: Any) -> None:
+    """Parts given whole (a kept list) are joined LIST_STEP at a time: the same bytes as one at a time."""
+    from nnix.api import jsonstream
+    from nnix.api.jsonstream import Parts
+
+    monkeypatch.setattr(jsonstream, "LIST_STEP", 3)
+
+    async def collect(parts: Any) -> list[bytes]:
+        return [chunk async for chunk in json_array(parts)]
+
+    for n in (0, 1, 3, 4, 7):
+        parts = [str(i).encode() for i in range(n)]
+        slices = asyncio.run(collect(Parts(parts)))
+        want = f"[{','.join(map(str, range(n)))}]".encode()
+        assert b"".join(slices) == b"".join(asyncio.run(collect(iter(parts)))) == want
+        assert len(slices) == ((n + 2) // 3 + 1 if n else 1)

@@ -555,17 +555,13 @@ def _outcome(spec: Any) -> Outcome:
     return Outcome(intermediate=(x, x / 2, 0.25), final=x + 1)
 
 
-def test_a_resumed_manager_hands_the_tuner_every_trial_without_building_them(tmp_path: Path) -> None:
-    """A manager resumed from a store with a snapshot of N ended trials: its tuner's first history is exactly
-    the N records, in creation order, with their parameters, statuses, final values and intermediate values;
-    and none of those trials is built into the manager's state for it (only the trials it creates are)."""
-    from nnix.core.events import LimitsUpdated
-    from nnix.core.state import TrialTable
+def _ran(tmp_path: Path, n: int) -> tuple[FakeMachine, dict[str, Any], Path, list[Any]]:
+    """An experiment that ran n trials (on a fake machine, a snapshot written at its end): the machine, its service
+    option, the experiment directory, and the records of its trials as a tuner is handed them."""
     from nnix.home import read_state
     from nnix.model.trials import TrialRecord
 
-    n = 9
-    _, fake = _fake(_outcome)
+    machine, fake = _fake(_outcome)
     _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand="true", maxTrialNumber=n)
     first = manager_for(d, **fake)
     first.tuner = _Recording()
@@ -573,9 +569,20 @@ def test_a_resumed_manager_hands_the_tuner_every_trial_without_building_them(tmp
         assert asyncio.run(asyncio.wait_for(first.run(), 60)) is ExperimentStatus.DONE
     finally:
         first.store.close()
-    done = read_state(d)
     expected = [TrialRecord(t.parameter_id, t.params, t.status, t.final_value, tuple(t.inter_values), t.trial_id)
-                for t in done.trials.values() if t.parameter_id is not None]
+                for t in read_state(d).trials.values() if t.parameter_id is not None]
+    return machine, fake, d, expected
+
+
+def test_a_resumed_manager_hands_the_tuner_every_trial_without_building_them(tmp_path: Path) -> None:
+    """A manager resumed from a store with a snapshot of N ended trials: its tuner's first history is exactly
+    the N records, in creation order, with their parameters, statuses, final values and intermediate values;
+    and none of those trials is built into the manager's state for it (only the trials it creates are)."""
+    from nnix.core.events import LimitsUpdated
+    from nnix.core.state import TrialTable
+
+    n = 9
+    _, fake, d, expected = _ran(tmp_path, n)
     assert [r.parameter_id for r in expected] == list(range(n))
     assert {r.status for r in expected} == {TrialStatus.SUCCEEDED, TrialStatus.FAILED}
     assert expected[0].intermediate == (0.0, 0.0, 0.25) and expected[1].value == 1.05 and expected[3].value is None
@@ -685,5 +692,52 @@ def test_the_first_read_of_every_record_lets_the_loop_run_and_misses_nothing(tmp
         history = m._history()
         assert history == _full_history(m.state) and len(history) == 8
         assert history[0].value == 9.5 and history[-1].trial_id == "late1"
+    finally:
+        m.store.close()
+
+
+def test_a_resumed_manager_asks_and_starts_nothing_before_its_history_is_whole(tmp_path: Path,
+                                                                             monkeypatch: Any) -> None:
+    """A resumed manager reads its tuner's history beside its loop, a chunk per loop turn, once the host's gate
+    (``history_after``: its REST server up) is open. Until the history is whole it says it is resuming, and neither
+    asks its tuner nor starts a trial (not even one left waiting); its first ask then holds all N records."""
+    from nnix.core import manager as manager_mod
+    from nnix.core.events import LimitsUpdated
+
+    n = 9
+    machine, fake, d, expected = _ran(tmp_path, n)
+    store = SqliteStore(d / STORE_NAME)
+    store.append([LimitsUpdated("max_trial_number", n + 2), TrialCreated("left", n, n, {"x": 0.5}, "customized")])
+    store.close()
+    machine.submitted.clear()
+    monkeypatch.setattr(manager_mod, "HISTORY_CHUNK", 2)
+    m = manager_for(d, **fake)
+    tuner = _Recording()
+    m.tuner = tuner
+
+    async def go() -> tuple[int, ExperimentStatus]:
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        m.history_after = gate
+        run = asyncio.ensure_future(m.run("resume"))
+        await wait_until_async(lambda: m.state.status is ExperimentStatus.RUNNING, 60.0, "the resumed manager running")
+        for _ in range(20):  # held at the gate: the loop turns, nothing is asked or started
+            await asyncio.sleep(0)
+        assert m.resuming and m.waiting_reason.startswith("resuming: reading the tuner's history of 10 trials")
+        assert tuner.asks == [] and machine.submitted == []
+        gate.set_result(None)
+        turns = 0
+        while m.resuming:
+            assert tuner.asks == [] and machine.submitted == []
+            turns += 1
+            await asyncio.sleep(0)
+        return turns, await asyncio.wait_for(run, 60)
+
+    try:
+        turns, status = asyncio.run(go())
+        assert status is ExperimentStatus.DONE and turns >= 2  # (10 records, 2 a turn)
+        seen = list(tuner.asks[0])
+        assert len(seen) == n + 1 and seen[:n] == expected and seen[n].trial_id == "left"
+        assert [s.trial_id for s in machine.submitted] == ["left", machine.submitted[1].trial_id]
+        assert not m.resuming and m.waiting_reason == ""
     finally:
         m.store.close()

@@ -117,6 +117,12 @@ class ApiApp:
                 await send({"type": "http.response.body", "body": body})
 
 
+async def _warm(manager: ExperimentManager, views: TrialViews) -> None:
+    """The trial summaries, built once a resumed manager's tuner history is read (trials start first)."""
+    await manager.history_read()
+    await views.warm()
+
+
 def create_app(
     manager: ExperimentManager, *, read_only: bool = False, token: str | None = None, bind_host: str = "127.0.0.1",
 ) -> ApiApp:
@@ -139,5 +145,5 @@ def create_app(
     except RuntimeError:
         loop = None
     if loop is not None:
-        ctx.extra["warm"] = loop.create_task(views.warm())
+        ctx.extra["warm"] = loop.create_task(_warm(manager, views))
     return ApiApp(inner, ctx)

@@ -274,7 +274,7 @@ def routes(ctx: ApiContext) -> list[Route]:
     async def check_status(_: Request) -> Response:
         st = m.state
         return JSON({"status": "VIEWED" if ctx.read_only else st.status.value, "errors": st.errors,
-                     "message": st.message, "waitingReason": m.waiting_reason})
+                     "message": st.message, "waitingReason": m.waiting_reason, "resuming": m.resuming})
 
     @route.get("/experiment")
     async def get_experiment(_: Request) -> Response:
@@ -427,8 +427,10 @@ def routes(ctx: ApiContext) -> list[Route]:
 
         key = version()
         hit = ctx.views.kept(name, key)
-        if hit is not None:
+        if isinstance(hit, bytes):
             return JSON(hit)
+        if hit is not None:  # (too large to be kept joined: its parts, streamed again)
+            return JSONStream(hit)
         return JSONStream(ctx.views.keep(name, key, version, parts))
 
     @route.post("/experiment/import-data")

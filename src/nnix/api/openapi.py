@@ -64,6 +64,8 @@ SCHEMAS: dict[str, Any] = {
             "metricKeys": {"type": "array", "items": {"type": "string"}},
             "paramKeys": {"type": "array", "items": {"type": "string"}},
             "waitingReason": {"type": "string"}, "platform": {"type": "string"},
+            "resuming": {"type": "boolean", "description": "a resumed manager still reads its tuner's history "
+                         "(no trial starts meanwhile; waitingReason says so)"},
             "trialCommand": {"type": "string"}, "logDir": {"type": "string"},
             "seq": {"type": "integer", "description": "last event sequence number folded in"},
             "version": {"type": "string"},

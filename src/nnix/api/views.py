@@ -18,6 +18,7 @@ from itertools import islice
 from typing import Any
 
 from nnix.api.common import ApiError, dumps, ms
+from nnix.api.jsonstream import Parts
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import Metric, TrialState, each_trial_or_known, one_trial_or_known
 from nnix.model.metrics import scalar_value
@@ -118,7 +119,7 @@ class TrialViews:
         self.manager = manager
         self._cache: dict[str, TrialView] = {}
         self._lists: dict[tuple[str, Any], bytes] = {}
-        self._full: dict[str, tuple[Any, bytes]] = {}  # name -> (key, a streamed full list as sent): see keep()
+        self._full: dict[str, tuple[Any, bytes | Parts]] = {}  # name -> (key, a full list): see keep()
         self._config: tuple[int, dict[str, Any]] | None = None
         self.overview_key: tuple[Any, ...] | None = None
         self.overview_base: dict[str, Any] | None = None
@@ -193,34 +194,41 @@ class TrialViews:
         self._lists[(name, key)] = data
         return data
 
-    def kept(self, name: str, key: Any) -> bytes | None:
-        """The full list :meth:`keep` kept under ``name`` for ``key``, or None."""
+    def kept(self, name: str, key: Any) -> bytes | Parts | None:
+        """The full list :meth:`keep` kept under ``name`` for ``key`` (the array's bytes, or its parts), or None."""
         hit = self._full.get(name)
-        return hit[1] if hit is not None and hit[0] == key else None
+        if hit is not None and hit[0] != key:
+            del self._full[name]  # (a list of an older state: let go the parts only it still holds)
+            return None
+        return hit[1] if hit is not None else None
 
     def keep(self, name: str, key: Any, current: Callable[[], Any], parts: Iterable[bytes | None]
              ) -> Iterator[bytes | None]:
-        """``parts`` (of a streamed JSON array) as they come; once every one was taken, the array they make is kept
-        under ``name`` for the next client asking for ``key`` (:meth:`kept`: sent whole, not made again), where
-        ``current()`` still gives ``key`` (nothing changed meanwhile) and it fits FULL_KEEP with the other lists
-        kept (older ones are let go; one list per name). A list over FULL_KEEP is not held at all."""
-        got: list[bytes] | None = []
+        """``parts`` (of a streamed JSON array) as they come; once every one was taken, what they make is kept under
+        ``name`` for the next client asking for ``key`` (:meth:`kept`: not made again), where ``current()`` still
+        gives ``key`` (nothing changed meanwhile); one list per name. ``parts`` are bytes the trials' views hold
+        anyway (a kept fragment): an array that fits FULL_KEEP with the other arrays kept is kept joined (older ones
+        are let go), sent whole; a larger one (NNI's trial-jobs of 100k trials: 61 MB) as the list of its parts,
+        which costs a reference each (not a copy of them), streamed again as a join of those bytes."""
+        got: list[bytes] = []
         size = 2
         for part in parts:
-            if part is not None and got is not None:
+            if part is not None:
                 size += len(part) + 1
-                if size > FULL_KEEP:
-                    got = None
-                else:
-                    got.append(part)
+                got.append(part)
             yield part
         full = self._full
         full.pop(name, None)
-        if got is None or current() != key:
+        if current() != key:
             return
-        total = size + sum(len(data) for _, data in full.values())
-        while full and total > FULL_KEEP:
-            total -= len(full.pop(next(iter(full)))[1])
+        if size > FULL_KEEP:
+            full[name] = (key, Parts(got))
+            return
+        total = size + sum(len(data) for _, data in full.values() if isinstance(data, bytes))
+        for old in [n for n, (_, data) in full.items() if isinstance(data, bytes)]:
+            if total <= FULL_KEEP:
+                break
+            total -= len(full.pop(old)[1])
         full[name] = (key, b"[" + b",".join(got) + b"]")
 
     async def warm(self, chunk: int = 500) -> None:
@@ -325,8 +333,9 @@ WARM_SLICE = 0.004  # seconds of warming per loop turn at most (about)
 
 
 LIST_KEEP = 1 << 20  # bytes: a serialized list larger than this is not kept for the next client
-# bytes: the streamed full lists (NNI's trial-jobs, export-data) kept for the next client, all together (10k trials:
-# kept, a repeated list is sent whole; 100k: the 61 MB trial-jobs list is not held, the manager stays <= 500 MB)
+# bytes: the streamed full lists (NNI's trial-jobs, export-data) kept joined for the next client, all together (10k
+# trials: a repeated list is sent whole; 100k: the 61 MB trial-jobs list is not copied, the manager stays <= 500 MB:
+# the references to its parts, which the trials' views hold anyway, are kept instead)
 FULL_KEEP = 12 << 20
 
 
@@ -855,6 +864,7 @@ def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: boo
         "metricKeys": list(metric_keys),
         "paramKeys": list(param_keys),
         "waitingReason": manager.waiting_reason,
+        "resuming": manager.resuming,
         "platform": (st.config.get("training_service") or {}).get("platform", ""),
         "trialCommand": st.config.get("trial_command", ""),
         "logDir": str(manager.exp_dir),

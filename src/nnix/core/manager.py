@@ -155,6 +155,11 @@ class ExperimentManager:
         self._views: list[weakref.ref[History]] = []  # the views of _history_list handed out
         self._reading_records = False  # the first read of every trial's record is under way (see _read_records)
         self._asked = False  # the tuner was asked once (its first ask catches up with the whole history)
+        # The first read of the history runs beside the loop (a task started by run(), see _load_history): a resumed
+        # manager serves REST meanwhile, and asks the tuner and starts trials only once it is whole. ``history_after``
+        # (set by the host before run()): that read waits for it first (the REST server up).
+        self.history_after: asyncio.Future[Any] | None = None
+        self._history_load: asyncio.Task[None] | None = None
         self.service = service_factory(ServiceEvents(self))
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
@@ -231,7 +236,16 @@ class ExperimentManager:
         return self.state.config
 
     @property
+    def resuming(self) -> bool:
+        """The tuner's history is still being read (a resumed manager of many trials): REST answers meanwhile,
+        but no trial is asked for or started before it is whole."""
+        return self._trial_records is None and self._history_load is not None and not self._history_load.done()
+
+    @property
     def waiting_reason(self) -> str:
+        if self.resuming:
+            return (f"resuming: reading the tuner's history of {len(self.state.trials):,} trials "
+                    "(no trial starts before it is whole)")
         return self._waiting_note
 
     # --- commands (from the CLI/REST, same loop) ---------------------------------------------
@@ -584,6 +598,28 @@ class ExperimentManager:
         finally:
             self._reading_records = False
 
+    async def _load_history(self) -> None:
+        """The first read of the history (run()'s task), after ``history_after``; the loop is woken when done."""
+        try:
+            if self.history_after is not None:
+                await asyncio.wait({self.history_after})  # (how it ended is the host's business)
+            await self._read_records()
+        finally:
+            self._wake.set()
+
+    async def history_read(self) -> None:
+        """Return once the first read of the tuner's history has ended (at once where none is under way): what
+        can wait for it (the web UI's warm-up) does not slow it down."""
+        if self._history_load is not None and not self._history_load.done():
+            await asyncio.wait({self._history_load})
+
+    def _history_ready(self) -> bool:
+        """Whether the tuner's history is whole (asks and trial starts wait for it). Where its read ended without
+        it (failed: the error is then the loop's), it is read here, at once."""
+        if self._trial_records is None and (self._history_load is None or self._history_load.done()):
+            self._history()
+        return self._trial_records is not None
+
     async def _ask(self, n: int) -> list[dict[str, Any]]:
         await self._read_records()
         ids = list(range(self.state.next_parameter_id, self.state.next_parameter_id + n))
@@ -637,9 +673,10 @@ class ExperimentManager:
             return
         events: list[Event] = []
         seq, pid = self.state.next_sequence_id, self.state.next_parameter_id
-        taken = set(self.state.trials)
+        taken: set[str] = set()  # (not a copy of every trial id: 100k of them per ask)
+        trials = self.state.trials
         for params in proposals:
-            tid = new_trial_id(lambda x: x in taken)
+            tid = new_trial_id(lambda x: x in taken or x in trials)
             taken.add(tid)
             events.append(TrialCreated(tid, seq, pid, params, "algorithm"))
             seq += 1
@@ -771,6 +808,8 @@ class ExperimentManager:
         self.record(ManagerStarted(os.getpid(), action, port, host))
         clear_manager_error(self.exp_dir)  # the store takes writes again: the last halt's reason is history
         self._log_start(action, port, host)
+        if self._trial_records is None and self._history_load is None:
+            self._history_load = asyncio.ensure_future(self._load_history())
         try:
             await self.service.start()
         except NnixError as e:  # e.g. no remote machine reachable: say so where users look, then fail
@@ -789,7 +828,7 @@ class ExperimentManager:
                 if self._stop_requested:
                     await self._stop()
                     break
-                if self.state.status is not ExperimentStatus.ERROR:
+                if self.state.status is not ExperimentStatus.ERROR and self._history_ready():
                     await self._create_trials()
                     await self._launch_waiting()
                 deadline = self._enforce_trial_duration()
@@ -822,6 +861,8 @@ class ExperimentManager:
             self.halt(StoreFullError(f"the disk is full: {e}", "free space on that file system: the trials keep "
                                      f"running, and `nnix resume {self.experiment_id}` re-attaches them"))
         finally:
+            if self._history_load is not None and not self._history_load.done():
+                self._history_load.cancel()
             await self.service.close(kill_trials=False)
         if self._failure is not None:
             raise self._failure

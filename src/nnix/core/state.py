@@ -746,7 +746,7 @@ def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T]) 
             yield t
 
 
-HISTORY_CHUNK = 2048  # trials of a snapshot whose records are decoded at once for a tuner's history
+HISTORY_CHUNK = 256  # trials of a snapshot whose records are decoded at once for a tuner's history (~4 ms a chunk)
 _NO_SERIES = Series()
 
 

@@ -140,14 +140,23 @@ def run_manager(
             loop.add_signal_handler(sig, on_signal, sig)
         manager.subscribe(progress.tick)
         progress.start()
+        # a resume serves REST first: the tuner's history (100k trials: seconds) is read once the server is up
+        up = loop.create_future() if action == "resume" else None
+        manager.history_after = up
         if action == "view":
             run = asyncio.ensure_future(manager.view(actual_port, host))
         else:
             run = asyncio.ensure_future(manager.run(action, actual_port, host))
-        if live and action != "view":  # in the foreground, the first trial starts before the web stack loads
+        if live and up is None and action != "view":  # in the foreground, the first trial starts before the web stack
             await _first_trial_started(manager, run, FIRST_TRIAL_WAIT)
         release_collector()  # (paused by the CLI over its start)
-        server, serving = await _serve(manager, sock, action == "view", token, host)
+        try:
+            server, serving = await _serve(manager, sock, action == "view", token, host)
+            while up is not None and not server.started and not serving.done() and not run.done():
+                await asyncio.sleep(0.005)  # (uvicorn says so by a flag only)
+        finally:
+            if up is not None and not up.done():
+                up.set_result(None)
         try:
             while not run.done():
                 await asyncio.wait({run}, timeout=0.5)

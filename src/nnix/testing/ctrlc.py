@@ -34,26 +34,43 @@ def foreground_job(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-c", _FOREGROUND, *argv]
 
 
-_SITECUSTOMIZE = '''"""nnix.testing.ctrlc: hold a process whose command line holds {marker!r} at its start."""
+# What every gate's sitecustomize holds (this one's, nnix.testing.gates'): formatted into each, so no braces here.
+GATE_HELPERS = '''
 import os as _os
 import time as _time
 
 
-def _gate():
+def _marked(marker):
+    """Whether this process's command line holds ``marker`` (one whole argument)."""
     try:
         with open("/proc/self/cmdline", "rb") as f:
-            cmdline = f.read().split(b"\\0")
+            return marker in f.read().split(b"\\0")
     except OSError:
-        return
-    if {marker!r}.encode() not in cmdline:
-        return
-    here = {here!r}
+        return False
+
+
+def _arrived(here, pidfile):
+    """This process's pid, written whole to ``here/pidfile``: it is at the gate."""
     tmp = _os.path.join(here, "%d.tmp" % _os.getpid())
     with open(tmp, "w") as f:
         f.write(str(_os.getpid()))
-    _os.replace(tmp, _os.path.join(here, {pidfile!r}))
+    _os.replace(tmp, _os.path.join(here, pidfile))
+
+
+def _is_open(here, deadline):
+    return _os.path.exists(_os.path.join(here, "open")) or _time.monotonic() >= deadline
+'''
+
+_SITECUSTOMIZE = '''"""nnix.testing.ctrlc: hold a process whose command line holds {marker!r} at its start."""
+''' + GATE_HELPERS + '''
+
+def _gate():
+    if not _marked({marker!r}.encode()):
+        return
+    here = {here!r}
+    _arrived(here, {pidfile!r})
     deadline = _time.monotonic() + {hold!r}
-    while not _os.path.exists(_os.path.join(here, "open")) and _time.monotonic() < deadline:
+    while not _is_open(here, deadline):
         _time.sleep(0.02)
 
 
