@@ -221,7 +221,9 @@ def test_a_damaged_piece_of_a_snapshot_part_is_found_when_read_and_its_trials_re
         db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = ?", (body[:-1] + bytes([body[-1] ^ 1]), n))
     else:  # the chunk of the last intermediate values (t11's among them)
         snap = store.read_snapshot()
-        assert snap is not None and isinstance(series := snap.parts[1], sqlite_mod._Part)
+        assert snap is not None
+        series = snap.parts[1]
+        assert isinstance(series, sqlite_mod._Part)
         n = series.first + len(series.crcs) - 1
         if part == "series":
             db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = ?", (b"\x01" * len(dict(chunks)[n]), n))
