@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import compress, islice, repeat
-from operator import is_not
+from operator import is_, is_not
 from typing import Any
 
 from nnix.api.common import ApiError, dumps, ms
@@ -237,6 +237,7 @@ class TrialViews:
         so the loop keeps serving meanwhile (at most ``chunk`` trials and about WARM_SLICE seconds per loop turn:
         a streamed list sent meanwhile is not slowed to the pace of the warm-up)."""
         import asyncio
+        import importlib
 
         # a trial a snapshot holds is read for its summary and let go (not built into the state); one whose view
         # a request made meanwhile is not read again
@@ -245,9 +246,13 @@ class TrialViews:
         big = len(self.manager.state.trials) >= INDEX_AHEAD
         try:
             # a snapshot's index columns: the sort/filter index first (a sorted page right after `nnix view` is then
-            # a slice), made from the trials' records in a thread where the snapshot lacks them
-            src = self.manager.state.trials.source if isinstance(self.manager.state.trials, TrialTable) else None
-            if big and src is not None and await asyncio.to_thread(src.index_columns) is not None:
+            # a slice), made from the trials' records in a thread where the snapshot lacks them (not where it lacks
+            # the overview totals too: they are counted from the summaries warmed first)
+            st = self.manager.state
+            src = st.trials.source if isinstance(st.trials, TrialTable) else None
+            if big and src is not None and st.totals is not None \
+                    and await asyncio.to_thread(src.index_columns) is not None:
+                await asyncio.to_thread(importlib.import_module, "numpy")  # (0.3 s: the loop serves meanwhile)
                 await self._warm_index()
                 big = False
             while batch := list(islice(trials, chunk)):
@@ -296,7 +301,7 @@ class TrialViews:
         """Every trial as listed now, in order, one at a time: a trial a snapshot holds whose view is ``ready`` (has
         what the caller needs) is given as that view, not read from the snapshot again (nothing changed it since,
         or it would be built); any other trial as itself (one a snapshot holds, read for this reader alone)."""
-        return each_trial_or_known(self.manager.state.trials, _Ready(self._cache, ready))
+        return each_trial_or_known(self.manager.state.trials, _Ready(self._cache, ready), series=False)
 
     def totals(self) -> dict[str, Any]:
         """The state's overview totals (where an older snapshot lacks them: counted from the trials' views)."""
@@ -342,14 +347,14 @@ class TrialViews:
 
     def view_of(self, tid: str) -> TrialView:
         """The current view of the trial ``tid`` (one a snapshot holds is not built into the state for it)."""
-        t = one_trial_or_known(self.manager.state.trials, tid, self._cache)
+        t = one_trial_or_known(self.manager.state.trials, tid, self._cache, series=False)
         return t if isinstance(t, TrialView) else self.entry(t)
 
     def all(self) -> list[TrialView]:
         """Every trial's view, in order. A trial a snapshot holds is not built into the state for it: it is read
         for its first view, which then serves as it is (nothing changed that trial, or it would be built)."""
         return [t if isinstance(t, TrialView) else self.entry(t)
-                for t in each_trial_or_known(self.manager.state.trials, self._cache)]
+                for t in each_trial_or_known(self.manager.state.trials, self._cache, series=False)]
 
 
 INDEX_AHEAD = 2000  # trials from which the warm-up also builds the sort/filter index ahead of the first query
@@ -602,20 +607,35 @@ def _condition(part: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str
 
 class _Column:
     """One field of every trial of an index, as arrays: its numbers (NaN where it is not one), which are numbers
-    (not booleans), which are missing, and (made when first needed) its text in lower case."""
+    (not booleans), which are missing, and (made when first needed) its values and their text in lower case."""
 
-    __slots__ = ("isnone", "isnum", "nums", "raw", "texts")
+    __slots__ = ("_raw", "isnone", "isnum", "nums", "texts")
 
-    def __init__(self, raw: list[Any]) -> None:
+    def __init__(self, raw: list[Any] | Callable[[], list[Any]], arrays: tuple[Any, Any, Any] | None = None) -> None:
         import numpy as np
 
+        self._raw = raw
+        self.texts: Any = None
+        if arrays is not None:  # (numbers, which are missing, which are numbers) made by the caller
+            self.nums, self.isnone, self.isnum = arrays
+            return
+        assert isinstance(raw, list)
         n, nan = len(raw), math.nan
-        self.raw = raw
+        if set(map(type, raw)) <= _NUMBER_TYPES:  # (numbers and None: at once)
+            self.isnone = np.fromiter(map(is_, raw, repeat(None)), bool, n)
+            self.isnum = ~self.isnone
+            self.nums = np.array(raw, float)
+            return
         self.isnone = np.fromiter((v is None for v in raw), bool, n)
         self.isnum = np.fromiter((type(v) is float or type(v) is int or _is_num(v) for v in raw), bool, n)
         self.nums = np.fromiter((v if type(v) is float else float(v) if self.isnum[i] else nan
                                  for i, v in enumerate(raw)), float, n)
-        self.texts: Any = None
+
+    @property
+    def raw(self) -> list[Any]:
+        if not isinstance(self._raw, list):
+            self._raw = self._raw()
+        return self._raw
 
     def text(self) -> Any:
         import numpy as np
@@ -625,7 +645,9 @@ class _Column:
         return self.texts
 
 
+_NUMBER_TYPES = {int, float, type(None)}
 _STATUS_CODES = {s.value: i for i, s in enumerate(TrialStatus)}
+_STATUS_RANKS: Any = None  # a status code's rank among the statuses' names (a numpy array, made with the first index)
 _NUMERIC_SORTS = ("seq", "metric", "latest", "duration", "start", "end", "nInter")
 
 
@@ -652,6 +674,16 @@ class _Rows:
         if name.startswith("param:"):
             return s["params"].get(name[6:]) if isinstance(s["params"], dict) else None
         return s[name]
+
+    def column(self, name: str, now_ms: int = 0) -> _Column:
+        """Field ``name`` (``duration``: until ``now_ms`` for a running trial) as a :class:`_Column`."""
+        return _Column(self.durations(now_ms) if name == "duration" else self.get(name))
+
+    def status_codes(self) -> Any:
+        """Every trial's status as its code (an array)."""
+        import numpy as np
+
+        return np.fromiter((_STATUS_CODES[s] for s in self.get("status")), np.int8, self.n)
 
     def durations(self, now_ms: int) -> list[float | None]:
         """Each trial's duration in seconds (a running one: until ``now_ms``), as :func:`_duration`."""
@@ -693,19 +725,57 @@ class _ColumnRows(_Rows):
             out[i] = value(s, name)
         return out
 
+    _NUMBERS = ("seq", "nInter", "metric", "latest", "start", "end", "duration")
+
+    def column(self, name: str, now_ms: int = 0) -> _Column:
+        """:meth:`_Rows.column` of a numeric field from the snapshot's arrays at once (those of the changed trials
+        from their summaries)."""
+        import numpy as np
+
+        if name not in self._NUMBERS:
+            return super().column(name, now_ms)
+        col, k, n = self.cols.column, self.cols.n, self.n
+        nan = math.nan
+        if name in ("start", "end"):
+            nums = np.trunc(np.frombuffer(col("started" if name == "start" else "ended"), float) * 1000)
+        elif name == "duration":
+            nums = np.frombuffer(col("duration"), float).copy()
+            start = np.trunc(np.frombuffer(col("started"), float) * 1000)
+            running = np.isnan(nums) & ~np.isnan(start)
+            nums[running] = (now_ms - start[running]) / 1000
+        else:
+            nums = np.frombuffer(col(name), float if name in ("metric", "latest") else np.int64).astype(float)
+        if n > k or self.changed:
+            nums = np.concatenate([nums, np.full(n - k, nan)])
+            value = self.value
+            for i, s in self.changed.items():
+                v = _duration(s, now_ms) if name == "duration" else value(s, name)
+                nums[i] = nan if v is None else v
+        isnum = ~np.isnan(nums)
+        if name == "duration":
+            return _Column(lambda: self.durations(now_ms), (nums, ~isnum, isnum))
+        return _Column(lambda: self.get(name), (nums, ~isnum, isnum))
+
+    def status_codes(self) -> Any:
+        import numpy as np
+
+        codes = np.frombuffer(self.cols.column("status"), np.int8).copy()
+        if self.n > len(codes) or self.changed:
+            codes = np.concatenate([codes, np.zeros(self.n - len(codes), np.int8)])
+            for i, s in self.changed.items():
+                codes[i] = _STATUS_CODES[s["status"]]
+        return codes
+
     def _base(self, name: str) -> list[Any]:
         col = self.cols.column
         if name in ("seq", "nInter"):
             return col(name).tolist()  # type: ignore[no-any-return]
         if name == "status":
             return [INDEX_STATUSES[c] for c in col("status")]
-        if name in ("metric", "latest"):
+        if name in ("metric", "latest", "duration"):
             return [None if v != v else v for v in col(name)]
         if name in ("start", "end"):
             return [None if v != v else int(v * 1000) for v in col("started" if name == "start" else "ended")]
-        if name == "duration":
-            return [None if a != a or b != b else round(b - a, 3) for a, b in zip(col("started"), col("ended"),
-                                                                                  strict=True)]
         if name in ("message", "final"):
             return list(col(name))
         if name.startswith("param:"):
@@ -714,24 +784,24 @@ class _ColumnRows(_Rows):
         raise KeyError(name)
 
 
-def _field_values(rows: _Rows, name: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]) -> list[Any]:
-    """:func:`_getter` of every trial of ``rows``."""
+def _field_column(rows: _Rows, name: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]) -> _Column:
+    """:func:`_getter` of every trial of ``rows``, as a :class:`_Column`."""
     n = name.lower()
     if n in ("metric", "default"):
-        return rows.get("metric")
+        return rows.column("metric")
     if n == "status":
-        return rows.get("status")
+        return rows.column("status")
     if n in ("no", "seq", "trial"):
-        return rows.get("seq")
+        return rows.column("seq")
     if n == "id":
-        return rows.get("id")
+        return rows.column("id")
     if n == "duration":
-        return rows.durations(now_ms)
+        return rows.column("duration", now_ms)
     if name.startswith("metric:"):
-        return rows.finals(name[7:])
+        return _Column(rows.finals(name[7:]))
     if name in keys[0] and name not in keys[1]:
-        return rows.finals(name)
-    return rows.get(f"param:{name}")
+        return _Column(rows.finals(name))
+    return rows.column(f"param:{name}")
 
 
 class TrialIndex:
@@ -741,6 +811,12 @@ class TrialIndex:
     a condition is tested on every trial at once) and the last few filtered lists."""
 
     def __init__(self, rows: _Rows, version: Any, view: Callable[[int], TrialView]) -> None:
+        global _STATUS_RANKS
+        import numpy as np
+
+        if _STATUS_RANKS is None:
+            names = sorted(_STATUS_CODES)
+            _STATUS_RANKS = np.array([names.index(v) for v in _STATUS_CODES], np.int8)
         self.rows, self.version, self.view, self.n = rows, version, view, rows.n
         self.orders: dict[tuple[str, bool], Any] = {}
         self.hits: dict[tuple[Any, ...], Any] = {}
@@ -751,10 +827,9 @@ class TrialIndex:
 
     def statuses(self) -> Any:
         """Every trial's status code (an array)."""
-        import numpy as np
 
         if self._status is None:
-            self._status = np.fromiter((_STATUS_CODES[s] for s in self.rows.get("status")), np.int8, self.n)
+            self._status = self.rows.status_codes()
         return self._status
 
     def prepare(self, keys: tuple[frozenset[str], frozenset[str]]) -> Iterator[None]:
@@ -777,7 +852,7 @@ class TrialIndex:
         final = name in keys[0] and name not in keys[1]
         hit = self._fields.get((name, final))
         if hit is None:
-            hit = _Column(_field_values(self.rows, name, now_ms, keys))
+            hit = _field_column(self.rows, name, now_ms, keys)
             if name.lower() != "duration":
                 self._fields[(name, final)] = hit
         return hit
@@ -795,7 +870,7 @@ class TrialIndex:
             col = None
             if query.sort in _NUMERIC_SORTS or query.sort.startswith("metric:"):
                 field = query.sort if query.sort.startswith("metric:") or query.sort == "duration" else ""
-                col = self.field(field, now, query.keys) if field else _Column(self.rows.get(query.sort))
+                col = self.field(field, now, query.keys) if field else self.rows.column(query.sort)
             elif query.sort.startswith("param:"):
                 col = self.field(query.sort[6:], now, (frozenset(), frozenset()))
                 if not bool((col.isnum | col.isnone).all()):
@@ -822,6 +897,9 @@ class TrialIndex:
         ``sorted`` gives it (stable both ways); values all text (ids, statuses, a text parameter) ranked at once."""
         import numpy as np
 
+        if query.sort == "status":  # (by the status's name, from the codes)
+            ranks = _STATUS_RANKS[self.statuses()]
+            return np.argsort(-ranks if query.descending else ranks, kind="stable")
         values = self.sort_values(query, now_ms)
         texts = None
         if all(type(v) is str for v in values):

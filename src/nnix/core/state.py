@@ -618,14 +618,17 @@ class _Source:
     def series(self, i: int) -> bytes:
         return bytes(self.values[self.at[i] * 8:self.at[i + 1] * 8])
 
-    def build(self, i: int, rec: list[Any] | None = None, strict: bool = False, keep: bool = True) -> TrialState:
-        """Trial ``i`` (``keep=False``: for a reader only, not counted as built nor kept as encoded)."""
+    def build(self, i: int, rec: list[Any] | None = None, strict: bool = False, keep: bool = True,
+              series: bool = True) -> TrialState:
+        """Trial ``i`` (``keep=False``: for a reader only, not counted as built nor kept as encoded; ``series=False``
+        too, for a reader of all but its intermediate values: they are not read, ``inter_values`` is empty)."""
         try:
             raw = self.record(i)
             if rec is None:
                 rec = json.loads(raw)
             values = array("d")
-            values.frombytes(self.series(i))
+            if series or keep:
+                values.frombytes(self.series(i))
         except SnapshotDamaged as e:
             if strict or self.trial_log is None:
                 raise
@@ -774,9 +777,11 @@ def each_trial(trials: dict[str, TrialState]) -> Iterator[TrialState]:
     return each_trial_or_known(trials, {})
 
 
-def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T]) -> Iterator[TrialState | _T]:
+def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T], series: bool = True
+                        ) -> Iterator[TrialState | _T]:
     """:func:`each_trial`, but a trial not built yet whose id is in ``known`` is given as ``known[id]`` (what the
-    caller made of it before: nothing changed it since, or it would be built) instead of being read again."""
+    caller made of it before: nothing changed it since, or it would be built) instead of being read again
+    (``series=False``: one read for the caller is read without its intermediate values, see :meth:`_Source.build`)."""
     src = trials.source if isinstance(trials, TrialTable) else None
     if src is None:
         yield from list(trials.values())
@@ -789,7 +794,7 @@ def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T]) 
             elif (hit := known.get(tid)) is not None:
                 yield hit
             else:
-                yield src.build(t, keep=False)
+                yield src.build(t, keep=False, series=series)
         else:
             yield t
 
@@ -914,7 +919,8 @@ class _SeriesChunk:
         return values
 
 
-def one_trial_or_known(trials: dict[str, TrialState], tid: str, known: Mapping[str, _T]) -> TrialState | _T:
+def one_trial_or_known(trials: dict[str, TrialState], tid: str, known: Mapping[str, _T], series: bool = True
+                       ) -> TrialState | _T:
     """The trial ``tid`` as :func:`each_trial_or_known` gives it (one a snapshot holds: ``known[tid]``, or read for
     the caller alone); KeyError where there is none."""
     src = trials.source if isinstance(trials, TrialTable) else None
@@ -924,7 +930,7 @@ def one_trial_or_known(trials: dict[str, TrialState], tid: str, known: Mapping[s
     if type(t) is not int:
         return t  # type: ignore[no-any-return]
     hit = known.get(tid)
-    return hit if hit is not None else src.build(t, keep=False)
+    return hit if hit is not None else src.build(t, keep=False, series=series)
 
 
 # --- the index columns: what a sorted, filtered or searched list of every trial reads, as arrays -------------
@@ -933,13 +939,14 @@ INDEX_KEYS_MAX = 256  # parameter names at most in a snapshot's index columns (m
 INDEX_STATUSES = tuple(s.value for s in TrialStatus)  # a status code of the index columns: its position here
 _STATUS_CODE = {s: i for i, s in enumerate(TrialStatus)}
 # the columns (name, kind): d doubles (NaN: none), q 64-bit integers, b bytes (a status code), j a JSON array
-_INDEX_FIXED = (("seq", "q"), ("status", "b"), ("started", "d"), ("ended", "d"), ("metric", "d"), ("latest", "d"),
-                ("nInter", "q"), ("final", "j"), ("message", "j"))
+_INDEX_FIXED = (("seq", "q"), ("status", "b"), ("started", "d"), ("ended", "d"), ("duration", "d"), ("metric", "d"),
+                ("latest", "d"), ("nInter", "q"), ("final", "j"), ("message", "j"))
 
 
 def index_row(t: TrialState) -> tuple[Any, ...]:
-    """What the index columns hold of trial ``t``: its Trial No., status, start and end times, finite final and
-    latest intermediate values (NaN: none), intermediate count, final result (as reported), message, parameters."""
+    """What the index columns hold of trial ``t``: its Trial No., status, start and end times, duration (ms
+    precision, as a summary's), finite final and latest intermediate values (NaN: none), intermediate count, final
+    result (as reported), message, parameters."""
     if t.held is None:
         fm, lm, n_inter = t.final_m, t.latest_m, t.n_inter
     else:
@@ -953,8 +960,9 @@ def index_row(t: TrialState) -> tuple[Any, ...]:
     nan = math.nan
     metric = None if fm is None else finite_scalar(fm.value)
     latest = None if lm is None else finite_scalar(lm.value)
-    return (t.sequence_id, _STATUS_CODE[t.status], nan if t.started_at is None else t.started_at,
-            nan if t.ended_at is None else t.ended_at, nan if metric is None else metric,
+    a, b = t.started_at, t.ended_at
+    return (t.sequence_id, _STATUS_CODE[t.status], nan if a is None else a, nan if b is None else b,
+            nan if a is None or b is None else round(b - a, 3), nan if metric is None else metric,
             nan if latest is None else latest, n_inter, None if fm is None else fm.value, t.message, t.params)
 
 
@@ -1027,7 +1035,7 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
     for seg in segs:
         if isinstance(seg[0], IndexColumns):
             keys.update(dict.fromkeys(seg[0].param_keys))
-        elif isinstance(params := seg[9], dict):
+        elif isinstance(params := seg[-1], dict):
             keys.update(dict.fromkeys(k for k in params if isinstance(k, str)))
         if len(keys) > INDEX_KEYS_MAX:
             return None
@@ -1046,7 +1054,7 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
             continue
         for value, col in zip(seg, cols, strict=False):
             col.append(value)
-        params = seg[9]
+        params = seg[-1]
         for k, pcol in pcols.items():
             pcol.append(params.get(k) if isinstance(params, dict) else None)
         n += 1
@@ -1160,7 +1168,11 @@ def encode_sections(state: ExperimentState) -> tuple[bytes, ...]:
     sections = [json.dumps(ids, separators=(",", ":")).encode(), starts.tobytes(), finals.tobytes(), at.tobytes()]
     records = b"[" + b",".join(pieces) + b"]"
     series = values.tobytes()
-    columns = None if rows is None else encode_columns(rows)
+    columns = None
+    if rows is not None and len(rows) == 1 and old_cols is not None and rows[0] == (old_cols, 0, old_cols.n):
+        columns = _whole(old_cols.part)  # (no trial built since: the part as it was read, checked whole)
+    elif rows is not None:
+        columns = encode_columns(rows)
     parts = [records, series] if columns is None else [records, series, columns]
     head["sections"] = [len(s) for s in sections]
     head["parts"] = [len(p) for p in parts]
