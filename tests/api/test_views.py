@@ -210,9 +210,10 @@ def test_the_index_answers_every_query_as_a_sort_of_the_whole_list_does(finished
                 assert indexed == whole, (sort, search, status)
 
 
-def _mixed_store(path: Path, n: int) -> Any:
-    """A store of ``n`` trials of mixed statuses, dict and scalar (some not finite) final results, parameters of
-    several types (some missing), messages; its snapshot written after the first ``n - 6`` trials."""
+def _mixed_store(path: Path, n: int, scalar: bool = False) -> Any:
+    """A store of ``n`` trials of mixed statuses, dict and scalar (some not finite) final results (``scalar``: all
+    floats, none NaN), parameters of several types (some missing), messages; its snapshot written after the first
+    ``n - 6`` trials."""
     from nnix.core.events import ExperimentCreated, TrialCreated, TrialStarted
     from nnix.core.state import fold_store, write_snapshot
     from nnix.store.sqlite import SqliteStore
@@ -228,6 +229,8 @@ def _mixed_store(path: Path, n: int) -> Any:
             params["flag"] = i % 2 == 0
         if i % 7 == 0:
             params["deep"] = {"a": [i]}
+        if i % 6:
+            params["wd"] = i * 0.25 - 3.5
         store.append([TrialCreated(tid, i + 1, i, params)])
         if i % 11 == 10:
             return  # waiting
@@ -239,6 +242,8 @@ def _mixed_store(path: Path, n: int) -> Any:
         final: Any = {"default": (i * 37 % 17) / 3, "acc": (i % 5) / 7, "tag": "x"} if i % 3 else float(i % 6)
         if i % 13 == 12:
             final = float("inf") if i % 2 else float("nan")
+        if scalar:
+            final = float(i % 6) * 0.5 if isinstance(final, dict) or final != final else final
         if i % 4 != 3:
             store.append([MetricReported(tid, MetricType.FINAL, 0, final, 9, i)])
         store.append([TrialEnded(tid, kinds[i % 4], i % 2, "" if i % 3 else f"oom at step {i}")])
@@ -258,11 +263,12 @@ def _mixed_store(path: Path, n: int) -> Any:
 _QUERIES = [
     *({"sort": f"{d}{f}"} for d in ("", "-") for f in (
         "seq", "id", "status", "metric", "latest", "duration", "start", "end", "nInter", "param:lr", "param:opt",
-        "param:flag", "param:deep", "param:none", "metric:acc", "metric:tag", "metric:default")),
+        "param:flag", "param:deep", "param:none", "param:wd", "metric:acc", "metric:tag", "metric:default")),
     {"status": "FAILED"}, {"status": "SUCCEEDED,RUNNING", "sort": "-metric"}, {"q": "lr>0.005"},
     {"q": "opt=adam; flag=true", "sort": "param:lr"}, {"q": "acc:[0.1, 0.5]"}, {"q": "oom"}, {"q": "t01"}, {"q": "3"},
     {"q": "status=failed", "sort": "-duration"}, {"q": "duration>0"}, {"q": "metric:acc>0.2"}, {"q": "deep!=3"},
     {"q": "metric<2; nInter>=3"}, {"q": "id:t005"}, {"q": "opt=3"}, {"q": "tag=x", "status": "SUCCEEDED"},
+    {"q": "wd>=0", "sort": "-param:wd"}, {"q": "wd=-3.25"}, {"q": "default:[1, 4]"},
 ]
 
 
@@ -284,9 +290,9 @@ def _same_answers(got: Any, want: Any, state: Any) -> None:
     tot = state.overview_totals()
     keys = (frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))
     names = ("seq", "status", "metric", "latest", "duration", "start", "end", "nInter", "param:lr", "param:opt",
-             "metric:acc")
+             "param:wd", "metric:acc", "metric:default")
     for n in ("id", "seq", "status", "metric", "latest", "duration", "start", "end", "nInter", "message", "final",
-              "param:lr", "param:opt", "param:flag", "param:deep", "param:none"):
+              "param:lr", "param:opt", "param:flag", "param:deep", "param:none", "param:wd"):
         assert got.rows.get(n) == want.rows.get(n), n
     for params in _QUERIES:
         q = TrialQuery.parse({"limit": "all", **params})
@@ -325,6 +331,7 @@ def test_the_index_from_a_snapshots_columns_answers_as_every_summary(tmp_path: P
     monkeypatch.setattr(state_mod._Source, "build", real)
     got, want = _indexes(state)
     assert isinstance(got.rows, _ColumnRows)
+    assert got.rows.cols.kind("final") == "j" and got.rows.cols.kind("param:wd") == "d"
     _same_answers(got, want, state)
 
 
@@ -340,7 +347,7 @@ def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_pa
     from nnix.store import sqlite as sqlite_mod
 
     monkeypatch.setattr("time.time", lambda: 2e9)
-    store = _mixed_store(tmp_path / "s.sqlite", 40)
+    store = _mixed_store(tmp_path / "s.sqlite", 40, scalar=True)
     snap = store.read_snapshot()
     assert snap is not None and len(snap.parts) == 3
     cols = snap.parts[2]
@@ -354,6 +361,7 @@ def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_pa
     state = fold_store(store)
     got, want = _indexes(state)
     assert isinstance(got.rows, _ColumnRows) and "index columns do not match" in caplog.text
+    assert got.rows.cols.kind("final") == got.rows.cols.kind("param:wd") == "d"  # (floats: kept as doubles)
     _same_answers(got, want, state)
     # a snapshot without them (as an older nnix wrote it): made from the records
     body2, records, series, _ = state_mod.encode_sections(fold_store(store))

@@ -732,7 +732,7 @@ class _ColumnRows(_Rows):
         from their summaries)."""
         import numpy as np
 
-        if name not in self._NUMBERS:
+        if name not in self._NUMBERS and not (name.startswith("param:") and self.cols.kind(name) == "d"):
             return super().column(name, now_ms)
         col, k, n = self.cols.column, self.cols.n, self.n
         nan = math.nan
@@ -744,7 +744,7 @@ class _ColumnRows(_Rows):
             running = np.isnan(nums) & ~np.isnan(start)
             nums[running] = (now_ms - start[running]) / 1000
         else:
-            nums = np.frombuffer(col(name), float if name in ("metric", "latest") else np.int64).astype(float)
+            nums = np.frombuffer(col(name), np.int64 if name in ("seq", "nInter") else float).astype(float)
         if n > k or self.changed:
             nums = np.concatenate([nums, np.full(n - k, nan)])
             value = self.value
@@ -776,10 +776,8 @@ class _ColumnRows(_Rows):
             return [None if v != v else v for v in col(name)]
         if name in ("start", "end"):
             return [None if v != v else int(v * 1000) for v in col("started" if name == "start" else "ended")]
-        if name in ("message", "final"):
-            return list(col(name))
-        if name.startswith("param:"):
-            got = col(name)
+        if name in ("message", "final") or name.startswith("param:"):
+            got = self.cols.values(name)
             return [None] * self.cols.n if got is None else list(got)
         raise KeyError(name)
 

@@ -988,7 +988,8 @@ class IndexColumns:
                 raise ValueError(f"index column {name!r} of kind {kind!r} and size {length!r}")
             self._at[str(name)] = (kind, pos, pos + length)
             pos += length
-        if pos != len(part) or any(name not in self._at for name, _ in _INDEX_FIXED) \
+        if pos != len(part) or any(name not in self._at or kind not in (self._at[name][0], "j")
+                                   for name, kind in _INDEX_FIXED) \
                 or any(f"param:{k}" not in self._at for k in self.param_keys):
             raise ValueError("index columns not as their head says")
         self._kept: dict[str, Any] = {}
@@ -1018,12 +1019,33 @@ class IndexColumns:
         self._kept[name] = hit
         return hit
 
+    def kind(self, name: str) -> str | None:
+        """How column ``name`` is kept: ``d`` doubles (a JSON column: its values all floats, NaN for None), ``q``,
+        ``b`` or ``j`` (JSON); None: no such column."""
+        where = self._at.get(name)
+        return None if where is None else where[0]
+
+    def values(self, name: str) -> list[Any] | None:
+        """Column ``name`` of a JSON field (``final``, ``message``, ``param:NAME``) as its values (None: a parameter
+        no trial of the snapshot has)."""
+        got = self.column(name)
+        if got is None or isinstance(got, list):
+            return got
+        return [None if v != v else v for v in got]
+
     def load(self) -> None:
         """Every column read (and checked) now."""
         for name, _ in _INDEX_FIXED:
             self.column(name)
         for k in self.param_keys:
             self.column(f"param:{k}")
+
+
+def _json_column(values: list[Any]) -> tuple[str, bytes]:
+    """A JSON field's column: doubles where its values are all floats (none NaN) or None (read at once), else JSON."""
+    if all(v is None or (type(v) is float and v == v) for v in values):
+        return "d", array("d", [math.nan if v is None else v for v in values]).tobytes()
+    return "j", json.dumps(values, separators=(",", ":")).encode()
 
 
 def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any, ...]]) -> bytes | None:
@@ -1045,10 +1067,10 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
     for seg in segs:
         if isinstance(seg[0], IndexColumns):
             old, lo, hi = seg[0], seg[1], seg[2]
-            for (name, _), col in zip(_INDEX_FIXED, cols, strict=True):
-                col.extend(old.column(name)[lo:hi])
+            for (name, kind), col in zip(_INDEX_FIXED, cols, strict=True):
+                col.extend((old.values(name) if kind == "j" else old.column(name))[lo:hi])  # type: ignore[index]
             for k, pcol in pcols.items():
-                got = old.column(f"param:{k}")
+                got = old.values(f"param:{k}")
                 pcol.extend(got[lo:hi] if got is not None else repeat(None, hi - lo))
             n += hi - lo
             continue
@@ -1060,9 +1082,9 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
         n += 1
     sections: list[tuple[str, str, bytes]] = []
     for (name, kind), col in zip(_INDEX_FIXED, cols, strict=True):
-        sections.append((name, kind, json.dumps(col, separators=(",", ":")).encode() if kind == "j" else col.tobytes()))
+        sections.append((name, *_json_column(col)) if kind == "j" else (name, kind, col.tobytes()))
     for k, pcol in pcols.items():
-        sections.append((f"param:{k}", "j", json.dumps(pcol, separators=(",", ":")).encode()))
+        sections.append((f"param:{k}", *_json_column(pcol)))
     head = json.dumps({"n": n, "paramKeys": list(keys), "sections": [[a, b, len(c)] for a, b, c in sections]},
                       separators=(",", ":")).encode()
     return b"".join([len(head).to_bytes(8, "little"), head, *(c for _, _, c in sections)])
