@@ -278,9 +278,8 @@ def _indexes(state: Any) -> tuple[Any, Any]:
 
     from nnix.api.views import TrialIndex, TrialViews, _SummaryRows
 
-    views = TrialViews(SimpleNamespace(state=state))  # type: ignore[arg-type]
-    got = views.index()
-    every = views.all()
+    got = TrialViews(SimpleNamespace(state=state)).index()  # type: ignore[arg-type]
+    every = TrialViews(SimpleNamespace(state=state)).all()  # type: ignore[arg-type]
     return got, TrialIndex(_SummaryRows([v.summary for v in every]), got.version, every.__getitem__)
 
 
@@ -328,6 +327,8 @@ def test_the_index_from_a_snapshots_columns_answers_as_every_summary(tmp_path: P
     idx = TrialViews(SimpleNamespace(state=state)).index()  # type: ignore[arg-type]
     assert isinstance(idx.rows, _ColumnRows)
     assert idx.order(views_mod.TrialQuery(sort="param:opt", descending=True)).size == 60
+    total, page = views_mod.TrialQuery(sort="metric", descending=True, limit=20).run(idx)  # (summaries from the columns too)
+    assert total == 60 and len(page) == 20
     monkeypatch.setattr(state_mod._Source, "build", real)
     got, want = _indexes(state)
     assert isinstance(got.rows, _ColumnRows)

@@ -251,7 +251,7 @@ class TrialViews:
             st = self.manager.state
             src = st.trials.source if isinstance(st.trials, TrialTable) else None
             if big and src is not None and st.totals is not None \
-                    and await asyncio.to_thread(src.index_columns) is not None:
+                    and await asyncio.to_thread(src.index_columns, True) is not None:
                 await asyncio.to_thread(importlib.import_module, "numpy")  # (0.3 s: the loop serves meanwhile)
                 await self._warm_index()
                 big = False
@@ -316,13 +316,23 @@ class TrialViews:
             self._index = None  # (let the old one go first)
             trials = st.trials
             src = trials.source if isinstance(trials, TrialTable) else None
-            cols = src.index_columns() if src is not None else None
+            cols = src.index_columns(whole=True) if src is not None else None  # (read and checked whole)
             if cols is not None and cols.n <= len(trials):  # no trial a snapshot holds is read for it
                 ids = list(trials)
                 slots: list[Any] = list(dict.values(trials))
                 changed = {i: self.entry(slots[i]).summary  # (built: changed since the snapshot, or new)
                            for i in compress(range(len(slots)), map(is_not, map(type, slots), repeat(int)))}
-                self._index = TrialIndex(_ColumnRows(ids, cols, changed), version, lambda i: self.view_of(ids[i]))
+                rows = _ColumnRows(ids, cols, changed)
+                cache = self._cache
+
+                def view(i: int) -> TrialView:
+                    # a trial the snapshot holds: its view as warmed, else its summary from the columns (not kept)
+                    hit = None if i in changed else cache.get(ids[i])
+                    if hit is None and i not in changed and (s := rows.summary(i)) is not None:
+                        hit = TrialView((), s, dumps(s))
+                    return hit if hit is not None else self.view_of(ids[i])
+
+                self._index = TrialIndex(rows, version, view)
             else:
                 views = self.all()
                 self._index = TrialIndex(_SummaryRows([v.summary for v in views]), version, views.__getitem__)
@@ -727,6 +737,39 @@ class _ColumnRows(_Rows):
 
     _NUMBERS = ("seq", "nInter", "metric", "latest", "start", "end", "duration")
 
+    def summary(self, i: int) -> dict[str, Any] | None:
+        """The summary of trial ``i`` (one the snapshot holds, not changed since) from the columns, as
+        :func:`summarize` makes it; None where its parameters are not a dict of names (read the trial)."""
+        cols = self.cols
+        col = cols.column
+        j = col("shape")[i]
+        if j < 0:
+            return None
+        get = self.get
+        started, ended, duration = col("started")[i], col("ended")[i], col("duration")[i]
+        metric, latest = col("metric")[i], col("latest")[i]
+        return {
+            "id": self.ids[i],
+            "seq": col("seq")[i],
+            "status": INDEX_STATUSES[col("status")[i]],
+            "source": get("source")[i],
+            "parameterId": get("parameterId")[i],
+            "params": {k: get(f"param:{k}")[i] for k in cols.shapes[j]},
+            "created": int(col("created")[i] * 1000),
+            "start": None if started != started else int(started * 1000),
+            "end": None if ended != ended else int(ended * 1000),
+            "duration": None if duration != duration else duration,
+            "final": get("final")[i],
+            "hasFinal": bool(col("hasFinal")[i]),
+            "metric": None if metric != metric else metric,
+            "latest": None if latest != latest else latest,
+            "nInter": col("nInter")[i],
+            "message": get("message")[i],
+            "env": get("env")[i],
+            "exitCode": get("exitCode")[i],
+            "warnings": col("warnings")[i],
+        }
+
     def column(self, name: str, now_ms: int = 0) -> _Column:
         """:meth:`_Rows.column` of a numeric field from the snapshot's arrays at once (those of the changed trials
         from their summaries)."""
@@ -776,7 +819,7 @@ class _ColumnRows(_Rows):
             return [None if v != v else v for v in col(name)]
         if name in ("start", "end"):
             return [None if v != v else int(v * 1000) for v in col("started" if name == "start" else "ended")]
-        if name in ("message", "final") or name.startswith("param:"):
+        if name in ("message", "final", "source", "parameterId", "env", "exitCode") or name.startswith("param:"):
             got = self.cols.values(name)
             return [None] * self.cols.n if got is None else list(got)
         raise KeyError(name)

@@ -940,13 +940,16 @@ INDEX_STATUSES = tuple(s.value for s in TrialStatus)  # a status code of the ind
 _STATUS_CODE = {s: i for i, s in enumerate(TrialStatus)}
 # the columns (name, kind): d doubles (NaN: none), q 64-bit integers, b bytes (a status code), j a JSON array
 _INDEX_FIXED = (("seq", "q"), ("status", "b"), ("started", "d"), ("ended", "d"), ("duration", "d"), ("metric", "d"),
-                ("latest", "d"), ("nInter", "q"), ("final", "j"), ("message", "j"))
+                ("latest", "d"), ("nInter", "q"), ("final", "j"), ("message", "j"), ("hasFinal", "b"), ("source", "j"),
+                ("parameterId", "j"), ("created", "d"), ("env", "j"), ("exitCode", "j"), ("warnings", "q"),
+                ("shape", "q"))  # (shape: the position of the trial's parameter names among the head's "shapes")
 
 
 def index_row(t: TrialState) -> tuple[Any, ...]:
-    """What the index columns hold of trial ``t``: its Trial No., status, start and end times, duration (ms
-    precision, as a summary's), finite final and latest intermediate values (NaN: none), intermediate count, final
-    result (as reported), message, parameters."""
+    """What the index columns hold of trial ``t`` (all a summary of it shows): its Trial No., status, start and end
+    times, duration (ms precision, as a summary's), finite final and latest intermediate values (NaN: none),
+    intermediate count, final result (as reported), message, whether it has a final result, source, parameter id,
+    creation time, environment, exit code, warning count, parameters."""
     if t.held is None:
         fm, lm, n_inter = t.final_m, t.latest_m, t.n_inter
     else:
@@ -963,14 +966,15 @@ def index_row(t: TrialState) -> tuple[Any, ...]:
     a, b = t.started_at, t.ended_at
     return (t.sequence_id, _STATUS_CODE[t.status], nan if a is None else a, nan if b is None else b,
             nan if a is None or b is None else round(b - a, 3), nan if metric is None else metric,
-            nan if latest is None else latest, n_inter, None if fm is None else fm.value, t.message, t.params)
+            nan if latest is None else latest, n_inter, None if fm is None else fm.value, t.message, fm is not None,
+            t.source, t.parameter_id, t.created_at, t.environment_id, t.exit_code, t.warning_count, t.params)
 
 
 class IndexColumns:
     """A snapshot's index columns (see :func:`encode_columns`), each decoded when first asked for (and kept).
     Raises :class:`SnapshotDamaged` (a piece not matching its checksum) or ValueError (not as the head says)."""
 
-    __slots__ = ("_at", "_kept", "n", "param_keys", "part")
+    __slots__ = ("_at", "_kept", "n", "param_keys", "part", "shapes")
 
     def __init__(self, part: Part, n: int) -> None:
         size = int.from_bytes(bytes(part[0:8]), "little")
@@ -981,6 +985,12 @@ class IndexColumns:
                 or not isinstance(head.get("paramKeys"), list):
             raise ValueError(f"index columns of {head.get('n') if isinstance(head, dict) else '?'} trials, not {n}")
         self.part, self.n, self.param_keys = part, n, [str(k) for k in head["paramKeys"]]
+        shapes = head.get("shapes")
+        if not isinstance(shapes, list) or not all(isinstance(x, list) and all(isinstance(k, str) and k in
+                                                                                self.param_keys for k in x)
+                                                    for x in shapes):
+            raise ValueError("index columns' parameter shapes not as their head says")
+        self.shapes: list[tuple[str, ...]] = [tuple(x) for x in shapes]
         self._at: dict[str, tuple[str, int, int]] = {}
         pos = 8 + size
         for name, kind, length in head["sections"]:
@@ -1016,6 +1026,8 @@ class IndexColumns:
             hit.frombytes(raw)
         if len(hit) != self.n:
             raise ValueError(f"index column {name!r} of {len(hit)} values, not {self.n}")
+        if name == "shape" and self.n and not -1 <= min(hit) <= max(hit) < len(self.shapes):
+            raise ValueError("index column 'shape' not among the head's shapes")
         self._kept[name] = hit
         return hit
 
@@ -1061,32 +1073,40 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
             keys.update(dict.fromkeys(k for k in params if isinstance(k, str)))
         if len(keys) > INDEX_KEYS_MAX:
             return None
-    cols: list[Any] = [array(kind) if kind != "j" else [] for _, kind in _INDEX_FIXED]
+    fixed = _INDEX_FIXED[:-1]  # (the shape is made here)
+    cols: list[Any] = [array(kind) if kind != "j" else [] for _, kind in fixed]
     pcols: dict[str, list[Any]] = {k: [] for k in keys}
+    shapes: dict[tuple[str, ...], int] = {}
+    shape = array("q")
     n = 0
     for seg in segs:
         if isinstance(seg[0], IndexColumns):
             old, lo, hi = seg[0], seg[1], seg[2]
-            for (name, kind), col in zip(_INDEX_FIXED, cols, strict=True):
+            for (name, kind), col in zip(fixed, cols, strict=True):
                 col.extend((old.values(name) if kind == "j" else old.column(name))[lo:hi])  # type: ignore[index]
             for k, pcol in pcols.items():
                 got = old.values(f"param:{k}")
                 pcol.extend(got[lo:hi] if got is not None else repeat(None, hi - lo))
+            ids = [shapes.setdefault(x, len(shapes)) for x in old.shapes]
+            shape.extend(-1 if j < 0 else ids[j] for j in old.column("shape")[lo:hi])
             n += hi - lo
             continue
-        for value, col in zip(seg, cols, strict=False):
+        for value, col in zip(seg[:-1], cols, strict=True):
             col.append(value)
         params = seg[-1]
         for k, pcol in pcols.items():
             pcol.append(params.get(k) if isinstance(params, dict) else None)
+        shape.append(shapes.setdefault(tuple(params), len(shapes)) if isinstance(params, dict)
+                     and all(type(k) is str for k in params) else -1)
         n += 1
     sections: list[tuple[str, str, bytes]] = []
-    for (name, kind), col in zip(_INDEX_FIXED, cols, strict=True):
+    for (name, kind), col in zip(fixed, cols, strict=True):
         sections.append((name, *_json_column(col)) if kind == "j" else (name, kind, col.tobytes()))
+    sections.append(("shape", "q", shape.tobytes()))
     for k, pcol in pcols.items():
         sections.append((f"param:{k}", *_json_column(pcol)))
-    head = json.dumps({"n": n, "paramKeys": list(keys), "sections": [[a, b, len(c)] for a, b, c in sections]},
-                      separators=(",", ":")).encode()
+    head = json.dumps({"n": n, "paramKeys": list(keys), "shapes": [list(x) for x in shapes],
+                       "sections": [[a, b, len(c)] for a, b, c in sections]}, separators=(",", ":")).encode()
     return b"".join([len(head).to_bytes(8, "little"), head, *(c for _, _, c in sections)])
 
 
