@@ -255,15 +255,15 @@ class TrialViews:
                 await asyncio.to_thread(importlib.import_module, "numpy")  # (0.3 s: the loop serves meanwhile)
                 await self._warm_index()
                 big = False
-            while batch := list(islice(trials, chunk)):
-                deadline = clock() + WARM_SLICE
-                for n, t in enumerate(batch, 1):
-                    if isinstance(t, TrialView):
-                        continue
-                    self.entry(t)
-                    if clock() >= deadline and n < len(batch):
-                        await asyncio.sleep(0)
-                        deadline = clock() + WARM_SLICE
+            more = True
+            while more:  # (a trial read at a time: a turn ends after `chunk` trials or WARM_SLICE seconds)
+                deadline, more = clock() + WARM_SLICE, False
+                for t in islice(trials, chunk):
+                    if not isinstance(t, TrialView):
+                        self.entry(t)
+                    more = True
+                    if clock() >= deadline:
+                        break
                 await asyncio.sleep(0)
             # what a first look asks for: a sorted or filtered page of 100k trials is then a slice (a small
             # experiment's index is built when first asked: quick, and a run that is never looked at imports no numpy)

@@ -6,6 +6,7 @@ import heapq
 import json
 import logging
 import math
+import threading
 from array import array
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field, fields
@@ -553,8 +554,8 @@ class _Source:
     snapshot's parts: a store may read them a piece at a time, checking each piece then; a trial whose
     piece is damaged (:class:`SnapshotDamaged`) is rebuilt from its events in the log (``trial_log``)."""
 
-    __slots__ = ("_columns", "at", "columns", "encoded", "finals", "ids", "left", "loader", "records", "starts",
-                 "trial_log", "values")
+    __slots__ = ("_columns", "_columns_lock", "at", "columns", "encoded", "finals", "ids", "left", "loader", "records",
+                 "starts", "trial_log", "values")
 
     def __init__(self, ids: list[str], records: Part, starts: array[int], finals: array[float], at: array[int],
                  values: Part, loader: Callable[[str], list[Metric]] | None,
@@ -566,12 +567,17 @@ class _Source:
         self.left = len(finals)  # trials not built yet
         self.columns: Part | None = None  # the index columns part, where the snapshot has one
         self._columns: IndexColumns | bool | None = None  # (decoded; False: too many parameter names)
+        self._columns_lock = threading.Lock()  # (a warm-up thread reads them while a request may ask)
 
     def index_columns(self, whole: bool = False) -> IndexColumns | None:
         """The snapshot's index columns (:class:`IndexColumns`); where it has none, or they do not match, made once
         from the trials' records instead (never trusted: a damaged record is rebuilt from the log); None where the
         parameters have more than INDEX_KEYS_MAX names. ``whole``: every column read and checked now (a later read
         of a part the store hands back then cannot fail)."""
+        with self._columns_lock:
+            return self._index_columns(whole)
+
+    def _index_columns(self, whole: bool) -> IndexColumns | None:
         got = self._columns
         if got is False:
             return None
