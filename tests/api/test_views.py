@@ -327,12 +327,12 @@ def test_the_index_from_a_snapshots_columns_answers_as_every_summary(tmp_path: P
     idx = TrialViews(SimpleNamespace(state=state)).index()  # type: ignore[arg-type]
     assert isinstance(idx.rows, _ColumnRows)
     assert idx.order(views_mod.TrialQuery(sort="param:opt", descending=True)).size == 60
-    total, page = views_mod.TrialQuery(sort="metric", descending=True, limit=20).run(idx)  # (summaries from the columns too)
+    total, page = views_mod.TrialQuery(sort="metric", descending=True, limit=20).run(idx)  # (summaries: columns)
     assert total == 60 and len(page) == 20
     monkeypatch.setattr(state_mod._Source, "build", real)
     got, want = _indexes(state)
     assert isinstance(got.rows, _ColumnRows)
-    assert got.rows.cols.kind("final") == "j" and got.rows.cols.kind("param:wd") == "d"
+    assert got.rows.cols.kind("final") == "o" and got.rows.cols.kind("param:wd") == "d"
     _same_answers(got, want, state)
 
 
@@ -362,7 +362,7 @@ def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_pa
     state = fold_store(store)
     got, want = _indexes(state)
     assert isinstance(got.rows, _ColumnRows) and "index columns do not match" in caplog.text
-    assert got.rows.cols.kind("final") == got.rows.cols.kind("param:wd") == "d"  # (floats: kept as doubles)
+    assert got.rows.cols.kind("param:wd") == "d"  # (floats: kept as doubles)
     _same_answers(got, want, state)
     # a snapshot without them (as an older nnix wrote it): made from the records
     body2, records, series, _ = state_mod.encode_sections(fold_store(store))

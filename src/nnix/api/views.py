@@ -746,27 +746,32 @@ class _ColumnRows(_Rows):
         if j < 0:
             return None
         get = self.get
+        try:
+            source, pid, final, env, code = (cols.item(name, i) for name in ("source", "parameterId", "final", "env",
+                                                                             "exitCode"))
+        except ValueError:  # (not as written: the trial is read instead)
+            return None
         started, ended, duration = col("started")[i], col("ended")[i], col("duration")[i]
         metric, latest = col("metric")[i], col("latest")[i]
         return {
             "id": self.ids[i],
             "seq": col("seq")[i],
             "status": INDEX_STATUSES[col("status")[i]],
-            "source": get("source")[i],
-            "parameterId": get("parameterId")[i],
+            "source": source,
+            "parameterId": pid,
             "params": {k: get(f"param:{k}")[i] for k in cols.shapes[j]},
             "created": int(col("created")[i] * 1000),
             "start": None if started != started else int(started * 1000),
             "end": None if ended != ended else int(ended * 1000),
             "duration": None if duration != duration else duration,
-            "final": get("final")[i],
+            "final": final,
             "hasFinal": bool(col("hasFinal")[i]),
             "metric": None if metric != metric else metric,
             "latest": None if latest != latest else latest,
             "nInter": col("nInter")[i],
             "message": get("message")[i],
-            "env": get("env")[i],
-            "exitCode": get("exitCode")[i],
+            "env": env,
+            "exitCode": code,
             "warnings": col("warnings")[i],
         }
 

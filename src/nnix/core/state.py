@@ -10,8 +10,8 @@ import threading
 from array import array
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field, fields
-from itertools import compress, repeat
-from operator import is_not
+from itertools import compress, pairwise, repeat
+from operator import gt, is_not
 from typing import Any, TypeVar
 
 from nnix.model import events as ev
@@ -946,9 +946,11 @@ INDEX_STATUSES = tuple(s.value for s in TrialStatus)  # a status code of the ind
 _STATUS_CODE = {s: i for i, s in enumerate(TrialStatus)}
 # the columns (name, kind): d doubles (NaN: none), q 64-bit integers, b bytes (a status code), j a JSON array
 _INDEX_FIXED = (("seq", "q"), ("status", "b"), ("started", "d"), ("ended", "d"), ("duration", "d"), ("metric", "d"),
-                ("latest", "d"), ("nInter", "q"), ("final", "j"), ("message", "j"), ("hasFinal", "b"), ("source", "j"),
-                ("parameterId", "j"), ("created", "d"), ("env", "j"), ("exitCode", "j"), ("warnings", "q"),
+                ("latest", "d"), ("nInter", "q"), ("final", "o"), ("message", "j"), ("hasFinal", "b"), ("source", "o"),
+                ("parameterId", "o"), ("created", "d"), ("env", "o"), ("exitCode", "o"), ("warnings", "q"),
                 ("shape", "q"))  # (shape: the position of the trial's parameter names among the head's "shapes")
+# o: a JSON value per trial, each decoded alone where a page shows it (offsets of 8 bytes, then the values joined
+# by commas: all of them decode at once as an array too); j: one JSON array (or doubles, where all are floats)
 
 
 def index_row(t: TrialState) -> tuple[Any, ...]:
@@ -1000,11 +1002,12 @@ class IndexColumns:
         self._at: dict[str, tuple[str, int, int]] = {}
         pos = 8 + size
         for name, kind, length in head["sections"]:
-            if kind not in ("d", "q", "b", "j") or not isinstance(length, int) or length < 0:
+            if kind not in ("d", "q", "b", "j", "o") or not isinstance(length, int) or length < 0:
                 raise ValueError(f"index column {name!r} of kind {kind!r} and size {length!r}")
             self._at[str(name)] = (kind, pos, pos + length)
             pos += length
-        if pos != len(part) or any(name not in self._at or kind not in (self._at[name][0], "j")
+        if pos != len(part) or any(name not in self._at or self._at[name][0] not in ((kind, "d") if kind == "j"
+                                                                                     else (kind,))
                                    for name, kind in _INDEX_FIXED) \
                 or any(f"param:{k}" not in self._at for k in self.param_keys):
             raise ValueError("index columns not as their head says")
@@ -1022,8 +1025,14 @@ class IndexColumns:
                 return None
             raise KeyError(name)
         kind, a, b = where
-        raw = bytes(self.part[a:b])
-        if kind == "j":
+        kept = self._kept.get(f"items:{name}")
+        raw = b"" if kept is not None else bytes(self.part[a:b])
+        if kind == "o":
+            _, text = kept if kept is not None else self._items(name, raw)
+            hit = json.loads(b"[" + text + b"]")
+            if not isinstance(hit, list):
+                raise ValueError(f"index column {name!r} is not an array")
+        elif kind == "j":
             hit = json.loads(raw)
             if not isinstance(hit, list):
                 raise ValueError(f"index column {name!r} is not an array")
@@ -1036,6 +1045,34 @@ class IndexColumns:
             raise ValueError("index column 'shape' not among the head's shapes")
         self._kept[name] = hit
         return hit
+
+    def _items(self, name: str, raw: bytes) -> tuple[array[int], bytes]:
+        """The offsets and text of the ``o`` column ``name`` (its bytes ``raw``), checked."""
+        n = self.n
+        if len(raw) < 8 * (n + 1):
+            raise ValueError(f"index column {name!r} of {len(raw)} bytes for {n} offsets")
+        offsets = array("q")
+        offsets.frombytes(raw[:8 * (n + 1)])
+        text = raw[8 * (n + 1):]
+        if offsets[0] != 0 or offsets[n] != len(text) + 1 or any(map(gt, offsets, offsets[1:])):
+            raise ValueError(f"index column {name!r}: offsets not as its values")
+        self._kept[f"items:{name}"] = (offsets, text)
+        return offsets, text
+
+    def item(self, name: str, i: int) -> Any:
+        """Trial ``i``'s value of column ``name`` (an ``o`` column: only that value decoded)."""
+        got = self._kept.get(f"items:{name}")
+        if got is None:
+            return self.column(name)[i]
+        offsets, text = got
+        return json.loads(text[offsets[i]:offsets[i + 1] - 1])
+
+    def items(self, name: str) -> list[bytes]:
+        """The ``o`` column ``name`` as each trial's JSON bytes."""
+        if f"items:{name}" not in self._kept:
+            self.column(name)
+        offsets, text = self._kept[f"items:{name}"]
+        return [text[a:b - 1] for a, b in pairwise(offsets)]
 
     def kind(self, name: str) -> str | None:
         """How column ``name`` is kept: ``d`` doubles (a JSON column: its values all floats, NaN for None), ``q``,
@@ -1052,9 +1089,13 @@ class IndexColumns:
         return [None if v != v else v for v in got]
 
     def load(self) -> None:
-        """Every column read (and checked) now."""
-        for name, _ in _INDEX_FIXED:
-            self.column(name)
+        """Every column read (and checked) now (an ``o`` column's values are decoded when asked for)."""
+        for name, kind in _INDEX_FIXED:
+            if kind == "o" and f"items:{name}" not in self._kept:
+                _, a, b = self._at[name]
+                self._items(name, bytes(self.part[a:b]))
+            elif kind != "o":
+                self.column(name)
         for k in self.param_keys:
             self.column(f"param:{k}")
 
@@ -1080,7 +1121,7 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
         if len(keys) > INDEX_KEYS_MAX:
             return None
     fixed = _INDEX_FIXED[:-1]  # (the shape is made here)
-    cols: list[Any] = [array(kind) if kind != "j" else [] for _, kind in fixed]
+    cols: list[Any] = [array(kind) if kind not in ("j", "o") else [] for _, kind in fixed]  # (o: each one's JSON)
     pcols: dict[str, list[Any]] = {k: [] for k in keys}
     shapes: dict[tuple[str, ...], int] = {}
     shape = array("q")
@@ -1089,7 +1130,8 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
         if isinstance(seg[0], IndexColumns):
             old, lo, hi = seg[0], seg[1], seg[2]
             for (name, kind), col in zip(fixed, cols, strict=True):
-                col.extend((old.values(name) if kind == "j" else old.column(name))[lo:hi])  # type: ignore[index]
+                got = old.items(name) if kind == "o" else old.values(name) if kind == "j" else old.column(name)
+                col.extend(got[lo:hi])  # type: ignore[index]
             for k, pcol in pcols.items():
                 got = old.values(f"param:{k}")
                 pcol.extend(got[lo:hi] if got is not None else repeat(None, hi - lo))
@@ -1097,8 +1139,8 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
             shape.extend(-1 if j < 0 else ids[j] for j in old.column("shape")[lo:hi])
             n += hi - lo
             continue
-        for value, col in zip(seg[:-1], cols, strict=True):
-            col.append(value)
+        for value, col, (_, kind) in zip(seg[:-1], cols, fixed, strict=True):
+            col.append(json.dumps(value, separators=(",", ":")).encode() if kind == "o" else value)
         params = seg[-1]
         for k, pcol in pcols.items():
             pcol.append(params.get(k) if isinstance(params, dict) else None)
@@ -1107,7 +1149,13 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
         n += 1
     sections: list[tuple[str, str, bytes]] = []
     for (name, kind), col in zip(fixed, cols, strict=True):
-        sections.append((name, *_json_column(col)) if kind == "j" else (name, kind, col.tobytes()))
+        if kind == "o":
+            offsets = array("q", [0])
+            for x in col:
+                offsets.append(offsets[-1] + len(x) + 1)
+            sections.append((name, "o", offsets.tobytes() + b",".join(col)))
+        else:
+            sections.append((name, *_json_column(col)) if kind == "j" else (name, kind, col.tobytes()))
     sections.append(("shape", "q", shape.tobytes()))
     for k, pcol in pcols.items():
         sections.append((f"param:{k}", *_json_column(pcol)))
