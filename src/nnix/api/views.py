@@ -132,6 +132,7 @@ class TrialViews:
         self.overview_key: tuple[Any, ...] | None = None
         self.overview_base: dict[str, Any] | None = None
         self._index: TrialIndex | None = None
+        self.asked = 0.0  # (perf_counter) when a page or the index was last asked for: the warm-up stands back
 
     def config_json(self, config: dict[str, Any]) -> dict[str, Any]:
         if self._config is None or self._config[0] != id(config):
@@ -259,6 +260,9 @@ class TrialViews:
                 big = False
             more = True
             while more:  # (a trial read at a time: a turn ends after `chunk` trials or WARM_SLICE seconds)
+                if clock() - self.asked < WARM_BACK_OFF:  # the web UI is in use: its requests first
+                    await asyncio.sleep(WARM_BACK_OFF / 10)
+                    continue
                 deadline, more = clock() + WARM_SLICE, False
                 for t in islice(trials, chunk):
                     if not isinstance(t, TrialView):
@@ -314,6 +318,7 @@ class TrialViews:
         """Every trial's view with the sort orders asked for, kept until the state changes."""
         st = self.manager.state
         version = (id(st), st.last_seq)
+        self.asked = time.perf_counter()
         if self._index is None or self._index.version != version:
             self._index = None  # (let the old one go first)
             trials = st.trials
@@ -343,6 +348,7 @@ class TrialViews:
     def page(self, query: TrialQuery) -> tuple[int, list[TrialView]] | None:
         """A page of the trials in their order, unfiltered, without a view of the others (an index is not built
         for it: the first page of 100k trials a snapshot holds is read at once); None for any other query."""
+        self.asked = time.perf_counter()
         if query.statuses is not None or query.search or query.sort != "seq" or query.limit is None:
             return None
         idx = self._index
@@ -371,6 +377,7 @@ class TrialViews:
 
 INDEX_AHEAD = 2000  # trials from which the warm-up also builds the sort/filter index ahead of the first query
 WARM_SLICE = 0.004  # seconds of warming per loop turn at most (about)
+WARM_BACK_OFF = 0.5  # seconds after a page or the index was asked for during which the summaries' warm-up waits
 
 
 LIST_KEEP = 1 << 20  # bytes: a serialized list larger than this is not kept for the next client
