@@ -377,7 +377,7 @@ class TrialViews:
 
 INDEX_AHEAD = 2000  # trials from which the warm-up also builds the sort/filter index ahead of the first query
 WARM_SLICE = 0.004  # seconds of warming per loop turn at most (about)
-WARM_BACK_OFF = 0.5  # seconds after a page or the index was asked for during which the summaries' warm-up waits
+WARM_BACK_OFF = 2.0  # seconds after a page or the index was asked for during which the summaries' warm-up waits
 
 
 LIST_KEEP = 1 << 20  # bytes: a serialized list larger than this is not kept for the next client
