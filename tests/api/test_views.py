@@ -213,3 +213,176 @@ def test_the_index_answers_every_query_as_a_sort_of_the_whole_list_does(finished
                 whole = [v.summary["id"] for v in q.run(views.all())[1]]
                 indexed = [v.summary["id"] for v in q.run(views.index())[1]]
                 assert indexed == whole, (sort, search, status)
+
+
+def _mixed_store(path: Path, n: int, scalar: bool = False) -> Any:
+    """A store of ``n`` trials of mixed statuses, dict and scalar (some not finite) final results (``scalar``: all
+    floats, none NaN), parameters of several types (some missing), messages; its snapshot written after the first
+    ``n - 6`` trials."""
+    from nnix.core.events import ExperimentCreated, TrialCreated, TrialStarted
+    from nnix.core.state import fold_store, write_snapshot
+    from nnix.store.sqlite import SqliteStore
+
+    store = SqliteStore(path)
+    store.append([ExperimentCreated("e1", {}, 1)])
+    kinds = [TrialStatus.SUCCEEDED, TrialStatus.FAILED, TrialStatus.USER_CANCELED, TrialStatus.EARLY_STOPPED]
+
+    def trial(i: int) -> None:
+        tid = f"t{i:03d}"
+        params: dict[str, Any] = {"lr": [0.1, 0.01, 1, 0.001][i % 4], "opt": ["adam", "sgd", 'q"x', 3][i % 4]}
+        if i % 5:
+            params["flag"] = i % 2 == 0
+        if i % 7 == 0:
+            params["deep"] = {"a": [i]}
+        if i % 6:
+            params["wd"] = i * 0.25 - 3.5
+        store.append([TrialCreated(tid, i + 1, i, params)])
+        if i % 11 == 10:
+            return  # waiting
+        store.append([TrialStarted(tid, "local-env", f"/tmp/{tid}", 1)])
+        store.append([MetricReported(tid, MetricType.PERIODICAL, k, {"default": k * 0.5 + i, "acc": k} if k % 2
+                                     else float(i % 3), k, i) for k in range(3)])
+        if i % 9 == 8:
+            return  # running
+        final: Any = {"default": (i * 37 % 17) / 3, "acc": (i % 5) / 7, "tag": "x"} if i % 3 else float(i % 6)
+        if i % 13 == 12:
+            final = float("inf") if i % 2 else float("nan")
+        if scalar:
+            final = float(i % 6) * 0.5 if isinstance(final, dict) or final != final else final
+        if i % 4 != 3:
+            store.append([MetricReported(tid, MetricType.FINAL, 0, final, 9, i)])
+        store.append([TrialEnded(tid, kinds[i % 4], i % 2, "" if i % 3 else f"oom at step {i}")])
+
+    for i in range(n - 6):
+        trial(i)
+    write_snapshot(store, fold_store(store))
+    for i in range(n - 6, n):  # new trials after the snapshot
+        trial(i)
+    # trials the snapshot holds change after it: a running one ends, a waiting one starts, an ended one fails late
+    store.append([MetricReported("t008", MetricType.FINAL, 0, {"default": 99.0, "acc": 0.9}, 9, 8),
+                  TrialEnded("t008", TrialStatus.SUCCEEDED, 0), TrialStarted("t010", "local-env", "/tmp/t010", 1),
+                  TrialEnded("t001", TrialStatus.FAILED, 3, "late"), TrialEnded("t002", TrialStatus.FAILED, 3)])
+    return store
+
+
+_QUERIES = [
+    *({"sort": f"{d}{f}"} for d in ("", "-") for f in (
+        "seq", "id", "status", "metric", "latest", "duration", "start", "end", "nInter", "param:lr", "param:opt",
+        "param:flag", "param:deep", "param:none", "param:wd", "metric:acc", "metric:tag", "metric:default")),
+    {"status": "FAILED"}, {"status": "SUCCEEDED,RUNNING", "sort": "-metric"}, {"q": "lr>0.005"},
+    {"q": "opt=adam; flag=true", "sort": "param:lr"}, {"q": "acc:[0.1, 0.5]"}, {"q": "oom"}, {"q": "t01"}, {"q": "3"},
+    {"q": "status=failed", "sort": "-duration"}, {"q": "duration>0"}, {"q": "metric:acc>0.2"}, {"q": "deep!=3"},
+    {"q": "metric<2; nInter>=3"}, {"q": "id:t005"}, {"q": "opt=3"}, {"q": "tag=x", "status": "SUCCEEDED"},
+    {"q": "wd>=0", "sort": "-param:wd"}, {"q": "wd=-3.25"}, {"q": "default:[1, 4]"},
+]
+
+
+def _indexes(state: Any) -> tuple[Any, Any]:
+    """The index of ``state`` a viewer builds, and the one of every trial's summary (the full-summary path)."""
+    from types import SimpleNamespace
+
+    from nnix.api.views import TrialIndex, TrialViews, _SummaryRows
+
+    got = TrialViews(SimpleNamespace(state=state)).index()  # type: ignore[arg-type]
+    every = TrialViews(SimpleNamespace(state=state)).all()  # type: ignore[arg-type]
+    return got, TrialIndex(_SummaryRows([v.summary for v in every]), got.version, every.__getitem__)
+
+
+def _same_answers(got: Any, want: Any, state: Any) -> None:
+    from nnix.api.views import TrialQuery, columns_json
+
+    tot = state.overview_totals()
+    keys = (frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))
+    names = ("seq", "status", "metric", "latest", "duration", "start", "end", "nInter", "param:lr", "param:opt",
+             "param:wd", "metric:acc", "metric:default")
+    for n in ("id", "seq", "status", "metric", "latest", "duration", "start", "end", "nInter", "message", "final",
+              "param:lr", "param:opt", "param:flag", "param:deep", "param:none", "param:wd"):
+        assert got.rows.get(n) == want.rows.get(n), n
+    for params in _QUERIES:
+        q = TrialQuery.parse({"limit": "all", **params})
+        q.keys = keys
+        assert got.matching(q).tolist() == want.matching(q).tolist(), params
+        a, b = q.run(got), q.run(want)
+        assert a[0] == b[0] and [v.encoded for v in a[1]] == [v.encoded for v in b[1]], params
+        assert columns_json(got, names, q, 1, 7) == columns_json(want, names, q, 1, 7), params
+
+
+def test_the_index_from_a_snapshots_columns_answers_as_every_summary(tmp_path: Path, monkeypatch: Any) -> None:
+    """Sorted, filtered and searched lists from the snapshot's index columns (and the summaries of the trials
+    changed or created after it) equal those of every trial's summary; building that index reads no trial the
+    snapshot holds (a sorted page right after `nnix view` of 100k trials is then a slice)."""
+    from nnix.api import views as views_mod
+    from nnix.api.views import TrialViews, _ColumnRows
+    from nnix.core import state as state_mod
+    from nnix.core.state import TrialTable, fold_store
+
+    monkeypatch.setattr("time.time", lambda: 2e9)  # (running trials' durations: one clock for both)
+    store = _mixed_store(tmp_path / "s.sqlite", 60)
+    state = fold_store(store)
+    trials = state.trials
+    assert isinstance(trials, TrialTable) and trials.pending
+    real = state_mod._Source.build
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a trial the snapshot holds was read to build the index")
+
+    monkeypatch.setattr(state_mod._Source, "build", refuse)
+    from types import SimpleNamespace
+
+    idx = TrialViews(SimpleNamespace(state=state)).index()  # type: ignore[arg-type]
+    assert isinstance(idx.rows, _ColumnRows)
+    assert idx.order(views_mod.TrialQuery(sort="param:opt", descending=True)).size == 60
+    total, page = views_mod.TrialQuery(sort="metric", descending=True, limit=20).run(idx)  # (summaries: columns)
+    assert total == 60 and len(page) == 20
+    monkeypatch.setattr(state_mod._Source, "build", real)
+    got, want = _indexes(state)
+    assert isinstance(got.rows, _ColumnRows)
+    assert got.rows.cols.kind("final") == "o" and got.rows.cols.kind("param:wd") == "d"
+    _same_answers(got, want, state)
+
+
+def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_path: Path, caplog: Any,
+                                                                          monkeypatch: Any) -> None:
+    """Index columns whose chunk does not match its checksum, or that the snapshot lacks (an older one), are not
+    trusted: they are made from the trials' records, and the answers are those of every summary."""
+    import sqlite3
+
+    from nnix.api.views import _ColumnRows
+    from nnix.core import state as state_mod
+    from nnix.core.state import fold_store
+    from nnix.store import sqlite as sqlite_mod
+
+    monkeypatch.setattr("time.time", lambda: 2e9)
+    store = _mixed_store(tmp_path / "s.sqlite", 40, scalar=True)
+    snap = store.read_snapshot()
+    assert snap is not None and len(snap.parts) == 3
+    cols = snap.parts[2]
+    assert isinstance(cols, sqlite_mod._Part)
+    db = sqlite3.connect(tmp_path / "s.sqlite")
+    n = cols.first + len(cols.crcs) - 1
+    body = db.execute("SELECT body FROM snapshot_chunk WHERE n = ?", (n,)).fetchone()[0]
+    db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = ?", (body[:-1] + bytes([body[-1] ^ 1]), n))
+    db.commit()
+    db.close()
+    state = fold_store(store)
+    got, want = _indexes(state)
+    assert isinstance(got.rows, _ColumnRows) and "index columns do not match" in caplog.text
+    assert got.rows.cols.kind("param:wd") == "d"  # (floats: kept as doubles)
+    _same_answers(got, want, state)
+    # a snapshot without them (as an older nnix wrote it): made from the records
+    body2, records, series, _ = state_mod.encode_sections(fold_store(store))
+    old = state_mod.decode_snapshot(body2[:0] + _two_parts(body2, records, series), None)
+    got, want = _indexes(old)
+    assert isinstance(got.rows, _ColumnRows)
+    _same_answers(got, want, old)
+
+
+def _two_parts(body: bytes, records: bytes, series: bytes) -> bytes:
+    """A snapshot's body and parts as written before the index columns (two parts)."""
+    import json
+
+    n = int.from_bytes(body[:8], "little")
+    head = json.loads(body[8:8 + n])
+    head["experiment"]["parts"] = head["experiment"]["parts"][:2]
+    text = json.dumps(head, separators=(",", ":")).encode()
+    return len(text).to_bytes(8, "little") + text + body[8 + n:] + records + series

@@ -220,9 +220,13 @@ def test_a_damaged_piece_of_a_snapshot_part_is_found_when_read_and_its_trials_re
         body = dict(chunks)[n]
         db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = ?", (body[:-1] + bytes([body[-1] ^ 1]), n))
     else:  # the chunk of the last intermediate values (t11's among them)
-        n = chunks[-1][0]
+        snap = store.read_snapshot()
+        assert snap is not None
+        series = snap.parts[1]
+        assert isinstance(series, sqlite_mod._Part)
+        n = series.first + len(series.crcs) - 1
         if part == "series":
-            db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = ?", (b"\x01" * len(chunks[-1][1]), n))
+            db.execute("UPDATE snapshot_chunk SET body = ? WHERE n = ?", (b"\x01" * len(dict(chunks)[n]), n))
         else:
             db.execute("DELETE FROM snapshot_chunk WHERE n = ?", (n,))
     db.commit()
@@ -259,7 +263,7 @@ def test_a_snapshot_part_is_read_only_where_a_trial_is(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(sqlite_mod._Part, "_read", spy)
     snap = store.read_snapshot()
-    assert snap is not None and len(snap.parts) == 2
+    assert snap is not None and len(snap.parts) == 3  # (records, intermediate values, index columns)
     total = sum(len(p.crcs) for p in snap.parts if isinstance(p, sqlite_mod._Part))
     state = state_mod.fold_store(store)
     assert read == [] and total > 30

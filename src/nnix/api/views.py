@@ -14,13 +14,22 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import islice
+from itertools import compress, islice, repeat
+from operator import is_, is_not
 from typing import Any
 
 from nnix.api.common import ApiError, dumps, ms
 from nnix.api.jsonstream import Parts
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState, each_trial_or_known, one_trial_or_known
+from nnix.core.state import (
+    INDEX_STATUSES,
+    IndexColumns,
+    Metric,
+    TrialState,
+    TrialTable,
+    each_trial_or_known,
+    one_trial_or_known,
+)
 from nnix.model.metrics import scalar_value
 from nnix.model.status import MetricType, TrialStatus
 from nnix.version import __version__
@@ -124,6 +133,7 @@ class TrialViews:
         self.overview_key: tuple[Any, ...] | None = None
         self.overview_base: dict[str, Any] | None = None
         self._index: TrialIndex | None = None
+        self.asked = 0.0  # (perf_counter) when a page or the index was last asked for: the warm-up stands back
 
     def config_json(self, config: dict[str, Any]) -> dict[str, Any]:
         if self._config is None or self._config[0] != id(config):
@@ -236,30 +246,52 @@ class TrialViews:
         so the loop keeps serving meanwhile (at most ``chunk`` trials and about WARM_SLICE seconds per loop turn:
         a streamed list sent meanwhile is not slowed to the pace of the warm-up)."""
         import asyncio
+        import importlib
 
         # a trial a snapshot holds is read for its summary and let go (not built into the state); one whose view
         # a request made meanwhile is not read again
         trials = self.each()
         clock = time.perf_counter
+        big = len(self.manager.state.trials) >= INDEX_AHEAD
         try:
-            while batch := list(islice(trials, chunk)):
-                deadline = clock() + WARM_SLICE
-                for n, t in enumerate(batch, 1):
-                    if isinstance(t, TrialView):
-                        continue
-                    self.entry(t)
-                    if clock() >= deadline and n < len(batch):
-                        await asyncio.sleep(0)
-                        deadline = clock() + WARM_SLICE
+            # a snapshot's index columns: the sort/filter index first (a sorted page right after `nnix view` is then
+            # a slice), made from the trials' records in a thread where the snapshot lacks them (not where it lacks
+            # the overview totals too: they are counted from the summaries warmed first)
+            st = self.manager.state
+            src = st.trials.source if isinstance(st.trials, TrialTable) else None
+            cols = None
+            if big and src is not None and st.totals is not None:  # (numpy's import: 0.1-0.4 s, beside)
+                cols, _ = await asyncio.gather(asyncio.to_thread(src.index_columns, True),
+                                               asyncio.to_thread(importlib.import_module, "numpy"))
+            if cols is not None:
+                await self._warm_index()
+                big = False
+            more = True
+            while more:  # (a trial read at a time: a turn ends after `chunk` trials or WARM_SLICE seconds)
+                if clock() - self.asked < WARM_BACK_OFF:  # the web UI is in use: its requests first
+                    await asyncio.sleep(WARM_BACK_OFF / 10)
+                    continue
+                deadline, more = clock() + WARM_SLICE, False
+                for t in islice(trials, chunk):
+                    if not isinstance(t, TrialView):
+                        self.entry(t)
+                    more = True
+                    if clock() >= deadline:
+                        break
                 await asyncio.sleep(0)
             # what a first look asks for: a sorted or filtered page of 100k trials is then a slice (a small
             # experiment's index is built when first asked: quick, and a run that is never looked at imports no numpy)
-            if len(self.manager.state.trials) >= INDEX_AHEAD:
-                tot = self.totals()
-                for _ in self.index().prepare((frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))):
-                    await asyncio.sleep(0)
+            if big:
+                await self._warm_index()
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
+
+    async def _warm_index(self) -> None:
+        import asyncio
+
+        tot = self.totals()
+        for _ in self.index().prepare((frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))):
+            await asyncio.sleep(0)
 
     def fragment(self, t: TrialState, name: str, param: Any,
                  build: Callable[[TrialState, TrialView], bytes | None]) -> bytes | None:
@@ -283,7 +315,7 @@ class TrialViews:
         """Every trial as listed now, in order, one at a time: a trial a snapshot holds whose view is ``ready`` (has
         what the caller needs) is given as that view, not read from the snapshot again (nothing changed it since,
         or it would be built); any other trial as itself (one a snapshot holds, read for this reader alone)."""
-        return each_trial_or_known(self.manager.state.trials, _Ready(self._cache, ready))
+        return each_trial_or_known(self.manager.state.trials, _Ready(self._cache, ready), series=False)
 
     def totals(self) -> dict[str, Any]:
         """The state's overview totals (where an older snapshot lacks them: counted from the trials' views)."""
@@ -294,14 +326,37 @@ class TrialViews:
         """Every trial's view with the sort orders asked for, kept until the state changes."""
         st = self.manager.state
         version = (id(st), st.last_seq)
+        self.asked = time.perf_counter()
         if self._index is None or self._index.version != version:
             self._index = None  # (let the old one go first)
-            self._index = TrialIndex(self.all(), version)
+            trials = st.trials
+            src = trials.source if isinstance(trials, TrialTable) else None
+            cols = src.index_columns(whole=True) if src is not None else None  # (read and checked whole)
+            if cols is not None and cols.n <= len(trials):  # no trial a snapshot holds is read for it
+                ids = list(trials)
+                slots: list[Any] = list(dict.values(trials))
+                changed = {i: self.entry(slots[i]).summary  # (built: changed since the snapshot, or new)
+                           for i in compress(range(len(slots)), map(is_not, map(type, slots), repeat(int)))}
+                rows = _ColumnRows(ids, cols, changed)
+                cache = self._cache
+
+                def view(i: int) -> TrialView:
+                    # a trial the snapshot holds: its view as warmed, else its summary from the columns (not kept)
+                    hit = None if i in changed else cache.get(ids[i])
+                    if hit is None and i not in changed and (s := rows.summary(i)) is not None:
+                        hit = TrialView((), s, dumps(s))
+                    return hit if hit is not None else self.view_of(ids[i])
+
+                self._index = TrialIndex(rows, version, view)
+            else:
+                views = self.all()
+                self._index = TrialIndex(_SummaryRows([v.summary for v in views]), version, views.__getitem__)
         return self._index
 
     def page(self, query: TrialQuery) -> tuple[int, list[TrialView]] | None:
         """A page of the trials in their order, unfiltered, without a view of the others (an index is not built
         for it: the first page of 100k trials a snapshot holds is read at once); None for any other query."""
+        self.asked = time.perf_counter()
         if query.statuses is not None or query.search or query.sort != "seq" or query.limit is None:
             return None
         idx = self._index
@@ -318,18 +373,19 @@ class TrialViews:
 
     def view_of(self, tid: str) -> TrialView:
         """The current view of the trial ``tid`` (one a snapshot holds is not built into the state for it)."""
-        t = one_trial_or_known(self.manager.state.trials, tid, self._cache)
+        t = one_trial_or_known(self.manager.state.trials, tid, self._cache, series=False)
         return t if isinstance(t, TrialView) else self.entry(t)
 
     def all(self) -> list[TrialView]:
         """Every trial's view, in order. A trial a snapshot holds is not built into the state for it: it is read
         for its first view, which then serves as it is (nothing changed that trial, or it would be built)."""
         return [t if isinstance(t, TrialView) else self.entry(t)
-                for t in each_trial_or_known(self.manager.state.trials, self._cache)]
+                for t in each_trial_or_known(self.manager.state.trials, self._cache, series=False)]
 
 
 INDEX_AHEAD = 2000  # trials from which the warm-up also builds the sort/filter index ahead of the first query
 WARM_SLICE = 0.004  # seconds of warming per loop turn at most (about)
+WARM_BACK_OFF = 2.0  # seconds after a page or the index was asked for during which the summaries' warm-up waits
 
 
 LIST_KEEP = 1 << 20  # bytes: a serialized list larger than this is not kept for the next client
@@ -444,6 +500,19 @@ class TrialQuery:
     def sort_key(self, now_ms: int) -> Callable[[dict[str, Any]], Any]:
         """A key putting missing values last whatever the direction (the direction is applied after)."""
         field = self.sort
+        key = self.value_key()
+        if field == "duration":
+            return lambda s: key(_duration(s, now_ms))
+        if field.startswith("param:"):
+            name = field[6:]
+            return lambda s: key(s["params"].get(name) if isinstance(s["params"], dict) else None)
+        if field.startswith("metric:"):
+            mkey = field[7:]
+            return lambda s: key(_final_key(s, mkey))
+        return lambda s: key(s[field])
+
+    def value_key(self) -> Callable[[Any], Any]:
+        """:meth:`sort_key` of the sorted field's value (see :meth:`TrialIndex.sort_values`)."""
         desc = self.descending
 
         def wrap(v: Any) -> tuple[int, Any]:
@@ -451,35 +520,21 @@ class TrialQuery:
                 return (1 if not desc else -1, 0)
             return (0, v)
 
-        if field == "duration":
-            def key(s: dict[str, Any]) -> Any:
-                return wrap(_duration(s, now_ms))
-            return key
-        if field.startswith("param:"):
-            name = field[6:]
-
-            def pkey(s: dict[str, Any]) -> Any:
-                v = s["params"].get(name) if isinstance(s["params"], dict) else None
+        if self.sort.startswith("param:"):
+            def pkey(v: Any) -> Any:
                 # mixed types (choice of numbers and strings): numbers first, then text
                 if isinstance(v, bool) or v is None:
                     return wrap(None if v is None else (1, str(v)))
                 return wrap((0, v) if isinstance(v, (int, float)) else (1, json.dumps(v)))
             return pkey
-        if field.startswith("metric:"):
-            mkey = field[7:]
-
-            def mkey_fn(s: dict[str, Any]) -> Any:
-                v = _final_key(s, mkey)
-                return wrap(v)
-            return mkey_fn
-        return lambda s: wrap(s[field])
+        return wrap
 
     def run(self, rows: Iterable[TrialView] | TrialIndex) -> tuple[int, list[TrialView]]:
         """Total matching, and the requested page, sorted (from ``rows``' kept orders where it is an index)."""
         end = None if self.limit is None else self.offset + self.limit
         if isinstance(rows, TrialIndex):
             hits = rows.matching(self)
-            return len(hits), [rows.views[i] for i in hits[self.offset:end]]
+            return len(hits), [rows.view(int(i)) for i in hits[self.offset:end]]
         views = [v for v in rows if self.matches(v.summary)]
         if self.sort != "seq" or self.descending:
             key = self.sort_key(int(time.time() * 1000))
@@ -494,7 +549,10 @@ def _duration(s: dict[str, Any], now_ms: int) -> float | None:
 
 
 def _final_key(s: dict[str, Any], key: str) -> float | None:
-    f = s["final"]
+    return _final_of(s["final"], key)
+
+
+def _final_of(f: Any, key: str) -> float | None:
     v = f.get(key) if isinstance(f, dict) else (f if key == "default" else None)
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -577,20 +635,35 @@ def _condition(part: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str
 
 class _Column:
     """One field of every trial of an index, as arrays: its numbers (NaN where it is not one), which are numbers
-    (not booleans), which are missing, and (made when first needed) its text in lower case."""
+    (not booleans), which are missing, and (made when first needed) its values and their text in lower case."""
 
-    __slots__ = ("isnone", "isnum", "nums", "raw", "texts")
+    __slots__ = ("_raw", "isnone", "isnum", "nums", "texts")
 
-    def __init__(self, raw: list[Any]) -> None:
+    def __init__(self, raw: list[Any] | Callable[[], list[Any]], arrays: tuple[Any, Any, Any] | None = None) -> None:
         import numpy as np
 
+        self._raw = raw
+        self.texts: Any = None
+        if arrays is not None:  # (numbers, which are missing, which are numbers) made by the caller
+            self.nums, self.isnone, self.isnum = arrays
+            return
+        assert isinstance(raw, list)
         n, nan = len(raw), math.nan
-        self.raw = raw
+        if set(map(type, raw)) <= _NUMBER_TYPES:  # (numbers and None: at once)
+            self.isnone = np.fromiter(map(is_, raw, repeat(None)), bool, n)
+            self.isnum = ~self.isnone
+            self.nums = np.array(raw, float)
+            return
         self.isnone = np.fromiter((v is None for v in raw), bool, n)
         self.isnum = np.fromiter((type(v) is float or type(v) is int or _is_num(v) for v in raw), bool, n)
         self.nums = np.fromiter((v if type(v) is float else float(v) if self.isnum[i] else nan
                                  for i, v in enumerate(raw)), float, n)
-        self.texts: Any = None
+
+    @property
+    def raw(self) -> list[Any]:
+        if not isinstance(self._raw, list):
+            self._raw = self._raw()
+        return self._raw
 
     def text(self) -> Any:
         import numpy as np
@@ -600,18 +673,215 @@ class _Column:
         return self.texts
 
 
+_NUMBER_TYPES = {int, float, type(None)}
 _STATUS_CODES = {s.value: i for i, s in enumerate(TrialStatus)}
+_STATUS_RANKS: Any = None  # a status code's rank among the statuses' names (a numpy array, made with the first index)
 _NUMERIC_SORTS = ("seq", "metric", "latest", "duration", "start", "end", "nInter")
 
 
-class TrialIndex:
-    """Every trial's view of one state version, in order, with what a query of them needs kept: the orders asked
-    for (per sort key and direction: a page of a sorted list of 100k trials is a slice, not a sort), the fields a
-    search tested (as arrays: a condition is tested on every trial at once) and the last few filtered lists."""
+class _Rows:
+    """Every trial's fields a query of an index reads, one list each in trial order (made when first asked for):
+    ``id``, a summary's fields, ``final`` and ``param:NAME``."""
 
-    def __init__(self, views: list[TrialView], version: Any) -> None:
-        self.views, self.version = views, version
-        self.summaries = [v.summary for v in views]
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._kept: dict[str, list[Any]] = {}
+
+    def get(self, name: str) -> list[Any]:
+        hit = self._kept.get(name)
+        if hit is None:
+            hit = self._kept[name] = self._make(name)
+        return hit
+
+    def _make(self, name: str) -> list[Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def value(s: dict[str, Any], name: str) -> Any:
+        """Field ``name`` of the summary ``s``."""
+        if name.startswith("param:"):
+            return s["params"].get(name[6:]) if isinstance(s["params"], dict) else None
+        return s[name]
+
+    def column(self, name: str, now_ms: int = 0) -> _Column:
+        """Field ``name`` (``duration``: until ``now_ms`` for a running trial) as a :class:`_Column`."""
+        return _Column(self.durations(now_ms) if name == "duration" else self.get(name))
+
+    def status_codes(self) -> Any:
+        """Every trial's status as its code (an array)."""
+        import numpy as np
+
+        return np.fromiter((_STATUS_CODES[s] for s in self.get("status")), np.int8, self.n)
+
+    def durations(self, now_ms: int) -> list[float | None]:
+        """Each trial's duration in seconds (a running one: until ``now_ms``), as :func:`_duration`."""
+        return [d if d is not None else None if st is None else (now_ms - st) / 1000
+                for d, st in zip(self.get("duration"), self.get("start"), strict=True)]
+
+    def finals(self, key: str) -> list[float | None]:
+        """Each trial's final result ``key``, as :func:`_final_key`."""
+        return [_final_of(f, key) for f in self.get("final")]
+
+
+class _SummaryRows(_Rows):
+    """The fields of every trial's summary."""
+
+    def __init__(self, summaries: list[dict[str, Any]]) -> None:
+        super().__init__(len(summaries))
+        self.summaries = summaries
+
+    def _make(self, name: str) -> list[Any]:
+        value = self.value
+        return [value(s, name) for s in self.summaries]
+
+
+class _ColumnRows(_Rows):
+    """The fields of every trial from a snapshot's index columns (no trial a snapshot holds is read), but those of
+    the trials built since (changed or new: ``changed``, position -> summary), taken from their summaries."""
+
+    def __init__(self, ids: list[str], cols: IndexColumns, changed: dict[int, dict[str, Any]]) -> None:
+        super().__init__(len(ids))
+        self.ids, self.cols, self.changed = ids, cols, changed
+
+    def _make(self, name: str) -> list[Any]:
+        if name == "id":
+            return self.ids
+        out = self._base(name)
+        out.extend(repeat(None, self.n - len(out)))
+        value = self.value
+        for i, s in self.changed.items():
+            out[i] = value(s, name)
+        return out
+
+    _NUMBERS = ("seq", "nInter", "metric", "latest", "start", "end", "duration")
+
+    def summary(self, i: int) -> dict[str, Any] | None:
+        """The summary of trial ``i`` (one the snapshot holds, not changed since) from the columns, as
+        :func:`summarize` makes it; None where its parameters are not a dict of names (read the trial)."""
+        cols = self.cols
+        col = cols.column
+        j = col("shape")[i]
+        if j < 0:
+            return None
+        get = self.get
+        try:
+            source, pid, final, env, code = (cols.item(name, i) for name in ("source", "parameterId", "final", "env",
+                                                                             "exitCode"))
+        except ValueError:  # (not as written: the trial is read instead)
+            return None
+        started, ended, duration = col("started")[i], col("ended")[i], col("duration")[i]
+        metric, latest = col("metric")[i], col("latest")[i]
+        return {
+            "id": self.ids[i],
+            "seq": col("seq")[i],
+            "status": INDEX_STATUSES[col("status")[i]],
+            "source": source,
+            "parameterId": pid,
+            "params": {k: get(f"param:{k}")[i] for k in cols.shapes[j]},
+            "created": int(col("created")[i] * 1000),
+            "start": None if started != started else int(started * 1000),
+            "end": None if ended != ended else int(ended * 1000),
+            "duration": None if duration != duration else duration,
+            "final": final,
+            "hasFinal": bool(col("hasFinal")[i]),
+            "metric": None if metric != metric else metric,
+            "latest": None if latest != latest else latest,
+            "nInter": col("nInter")[i],
+            "message": get("message")[i],
+            "env": env,
+            "exitCode": code,
+            "warnings": col("warnings")[i],
+        }
+
+    def column(self, name: str, now_ms: int = 0) -> _Column:
+        """:meth:`_Rows.column` of a numeric field from the snapshot's arrays at once (those of the changed trials
+        from their summaries)."""
+        import numpy as np
+
+        if name not in self._NUMBERS and not (name.startswith("param:") and self.cols.kind(name) == "d"):
+            return super().column(name, now_ms)
+        col, k, n = self.cols.column, self.cols.n, self.n
+        nan = math.nan
+        if name in ("start", "end"):
+            nums = np.trunc(np.frombuffer(col("started" if name == "start" else "ended"), float) * 1000)
+        elif name == "duration":
+            nums = np.frombuffer(col("duration"), float).copy()
+            start = np.trunc(np.frombuffer(col("started"), float) * 1000)
+            running = np.isnan(nums) & ~np.isnan(start)
+            nums[running] = (now_ms - start[running]) / 1000
+        else:
+            nums = np.frombuffer(col(name), np.int64 if name in ("seq", "nInter") else float).astype(float)
+        if n > k or self.changed:
+            nums = np.concatenate([nums, np.full(n - k, nan)])
+            value = self.value
+            for i, s in self.changed.items():
+                v = _duration(s, now_ms) if name == "duration" else value(s, name)
+                nums[i] = nan if v is None else v
+        isnum = ~np.isnan(nums)
+        if name == "duration":
+            return _Column(lambda: self.durations(now_ms), (nums, ~isnum, isnum))
+        return _Column(lambda: self.get(name), (nums, ~isnum, isnum))
+
+    def status_codes(self) -> Any:
+        import numpy as np
+
+        codes = np.frombuffer(self.cols.column("status"), np.int8).copy()
+        if self.n > len(codes) or self.changed:
+            codes = np.concatenate([codes, np.zeros(self.n - len(codes), np.int8)])
+            for i, s in self.changed.items():
+                codes[i] = _STATUS_CODES[s["status"]]
+        return codes
+
+    def _base(self, name: str) -> list[Any]:
+        col = self.cols.column
+        if name in ("seq", "nInter"):
+            return col(name).tolist()  # type: ignore[no-any-return]
+        if name == "status":
+            return [INDEX_STATUSES[c] for c in col("status")]
+        if name in ("metric", "latest", "duration"):
+            return [None if v != v else v for v in col(name)]
+        if name in ("start", "end"):
+            return [None if v != v else int(v * 1000) for v in col("started" if name == "start" else "ended")]
+        if name in ("message", "final", "source", "parameterId", "env", "exitCode") or name.startswith("param:"):
+            got = self.cols.values(name)
+            return [None] * self.cols.n if got is None else list(got)
+        raise KeyError(name)
+
+
+def _field_column(rows: _Rows, name: str, now_ms: int, keys: tuple[frozenset[str], frozenset[str]]) -> _Column:
+    """:func:`_getter` of every trial of ``rows``, as a :class:`_Column`."""
+    n = name.lower()
+    if n in ("metric", "default"):
+        return rows.column("metric")
+    if n == "status":
+        return rows.column("status")
+    if n in ("no", "seq", "trial"):
+        return rows.column("seq")
+    if n == "id":
+        return rows.column("id")
+    if n == "duration":
+        return rows.column("duration", now_ms)
+    if name.startswith("metric:"):
+        return _Column(rows.finals(name[7:]))
+    if name in keys[0] and name not in keys[1]:
+        return _Column(rows.finals(name))
+    return rows.column(f"param:{name}")
+
+
+class TrialIndex:
+    """Every trial of one state version, in order (their fields as :class:`_Rows`; a trial's view made when a page
+    shows it: ``view(position)``), with what a query of them needs kept: the orders asked for (per sort key and
+    direction: a page of a sorted list of 100k trials is a slice, not a sort), the fields a search tested (as arrays:
+    a condition is tested on every trial at once) and the last few filtered lists."""
+
+    def __init__(self, rows: _Rows, version: Any, view: Callable[[int], TrialView]) -> None:
+        global _STATUS_RANKS
+        import numpy as np
+
+        if _STATUS_RANKS is None:
+            names = sorted(_STATUS_CODES)
+            _STATUS_RANKS = np.array([names.index(v) for v in _STATUS_CODES], np.int8)
+        self.rows, self.version, self.view, self.n = rows, version, view, rows.n
         self.orders: dict[tuple[str, bool], Any] = {}
         self.hits: dict[tuple[Any, ...], Any] = {}
         self.columns: dict[tuple[Any, ...], bytes] = {}
@@ -619,17 +889,23 @@ class TrialIndex:
         self._status: Any = None
         self._text: Any = None
 
+    def statuses(self) -> Any:
+        """Every trial's status code (an array)."""
+
+        if self._status is None:
+            self._status = self.rows.status_codes()
+        return self._status
+
     def prepare(self, keys: tuple[frozenset[str], frozenset[str]]) -> Iterator[None]:
         """Make ahead (a step per field: the caller may yield between them) what the first look at a big
         experiment asks for: the orders by metric both ways, the trials' statuses, the parameters' and final
         results' fields."""
-        import numpy as np
 
         for desc in (False, True):
             self.order(TrialQuery(sort="metric", descending=desc))
             yield
-        self._status = np.fromiter((_STATUS_CODES[s["status"]] for s in self.summaries), np.int8,
-                                   len(self.summaries))
+        self.statuses()
+        yield
         now = int(time.time() * 1000)
         for name in [*keys[1], *keys[0]]:
             self.field(name, now, keys)
@@ -640,8 +916,7 @@ class TrialIndex:
         final = name in keys[0] and name not in keys[1]
         hit = self._fields.get((name, final))
         if hit is None:
-            get = _getter(name, now_ms, keys)
-            hit = _Column([get(s) for s in self.summaries])
+            hit = _field_column(self.rows, name, now_ms, keys)
             if name.lower() != "duration":
                 self._fields[(name, final)] = hit
         return hit
@@ -651,7 +926,7 @@ class TrialIndex:
         import numpy as np
 
         if query.sort == "seq" and not query.descending:
-            return np.arange(len(self.views))
+            return np.arange(self.n)
         key = (query.sort, query.descending)
         hit = self.orders.get(key)
         if hit is None:
@@ -659,7 +934,7 @@ class TrialIndex:
             col = None
             if query.sort in _NUMERIC_SORTS or query.sort.startswith("metric:"):
                 field = query.sort if query.sort.startswith("metric:") or query.sort == "duration" else ""
-                col = self.field(field, now, query.keys) if field else _Column([s[query.sort] for s in self.summaries])
+                col = self.field(field, now, query.keys) if field else self.rows.column(query.sort)
             elif query.sort.startswith("param:"):
                 col = self.field(query.sort[6:], now, (frozenset(), frozenset()))
                 if not bool((col.isnum | col.isnone).all()):
@@ -667,24 +942,46 @@ class TrialIndex:
             if col is not None:  # (stable: ties in trial order, NaN last)
                 hit = np.argsort(-col.nums if query.descending else col.nums, kind="stable")
             else:
-                sk = query.sort_key(now)
-                summaries = self.summaries
-                hit = np.array(sorted(range(len(summaries)), key=lambda i: sk(summaries[i]), reverse=query.descending),
-                               dtype=np.int64)
+                hit = self._sorted(query, now)
             if query.sort != "duration":  # (running trials' durations grow with the clock)
                 self.orders[key] = hit
         return hit
+
+    def sort_values(self, query: TrialQuery, now_ms: int) -> list[Any]:
+        """The value of ``query``'s sort field of every trial (what :meth:`TrialQuery.value_key` ranks)."""
+        sort = query.sort
+        if sort == "duration":
+            return self.rows.durations(now_ms)
+        if sort.startswith("metric:"):
+            return self.rows.finals(sort[7:])
+        return self.rows.get(sort)
+
+    def _sorted(self, query: TrialQuery, now_ms: int) -> Any:
+        """The order of ``query`` where its values are not all numbers: by :meth:`TrialQuery.value_key`, as
+        ``sorted`` gives it (stable both ways); values all text (ids, statuses, a text parameter) ranked at once."""
+        import numpy as np
+
+        if query.sort == "status":  # (by the status's name, from the codes)
+            ranks = _STATUS_RANKS[self.statuses()]
+            return np.argsort(-ranks if query.descending else ranks, kind="stable")
+        values = self.sort_values(query, now_ms)
+        texts = None
+        if all(type(v) is str for v in values):
+            texts = values if not query.sort.startswith("param:") else [json.dumps(v) for v in values]
+        if texts is not None and texts:
+            ranks = np.unique(np.array(texts), return_inverse=True)[1].reshape(-1)
+            return np.argsort(-ranks if query.descending else ranks, kind="stable")
+        vk = query.value_key()
+        return np.array(sorted(range(len(values)), key=lambda i: vk(values[i]), reverse=query.descending),
+                        dtype=np.int64)
 
     def mask(self, query: TrialQuery) -> Any:
         """Which trials (by position) ``query``'s status filter and search let through."""
         import numpy as np
 
-        n = len(self.summaries)
-        out = np.ones(n, bool)
+        out = np.ones(self.n, bool)
         if query.statuses is not None:
-            if self._status is None:
-                self._status = np.fromiter((_STATUS_CODES[s["status"]] for s in self.summaries), np.int8, n)
-            out &= np.isin(self._status, [_STATUS_CODES[x] for x in query.statuses])
+            out &= np.isin(self.statuses(), [_STATUS_CODES[x] for x in query.statuses])
         now = int(time.time() * 1000)
         for part in (p.strip() for p in query.search.split(";")):
             if part:
@@ -695,14 +992,15 @@ class TrialIndex:
         """:func:`_condition` tested on every trial at once."""
         import numpy as np
 
-        n = len(self.summaries)
+        n = self.n
         m = _CONDITION.match(part)
         if m is None:  # free text: part of the id or the message, or the Trial No.
             q = part.lower()
             if self._text is None:
-                self._text = (np.array([s["id"].lower() for s in self.summaries], dtype=str),
-                              np.array([(s["message"] or "").lower() for s in self.summaries], dtype=str),
-                              np.fromiter((s["seq"] for s in self.summaries), np.int64, n))
+                rows = self.rows
+                self._text = (np.array([x.lower() for x in rows.get("id")], dtype=str),
+                              np.array([(x or "").lower() for x in rows.get("message")], dtype=str),
+                              np.fromiter(rows.get("seq"), np.int64, n))
             ids, messages, seqs = self._text
             out = (np.char.find(ids, q) >= 0) | (np.char.find(messages, q) >= 0)
             if q.isdigit() and q == str(int(q)):
@@ -790,21 +1088,19 @@ def columns_json(index: TrialIndex, names: tuple[str, ...], query: TrialQuery, s
     total = len(order)
     if most is not None and total > most:
         order = [order[round(k * (total - 1) / (most - 1))] for k in range(most)] if most > 1 else [order[0]]
-    rows = [index.views[i].summary for i in order]
     now = int(time.time() * 1000)
+    rows = index.rows
+    ids = rows.get("id")
     parts = [b'{"seq":', str(seq).encode(), b',"total":', str(total).encode(), b',"id":',
-             dumps([s["id"] for s in rows])]
+             dumps([ids[i] for i in order])]
     for name in names:
         if name == "duration":
-            values = [_duration(s, now) for s in rows]
-        elif name.startswith("param:"):
-            p = name[6:]
-            values = [s["params"].get(p) if isinstance(s["params"], dict) else None for s in rows]
+            values = rows.durations(now)
         elif name.startswith("metric:"):
-            values = [_final_key(s, name[7:]) for s in rows]
+            values = rows.finals(name[7:])
         else:
-            values = [s[name] for s in rows]
-        parts += [b",", dumps(name), b":", _column(values)]
+            values = rows.get(name)
+        parts += [b",", dumps(name), b":", _column([values[i] for i in order])]
     data = b"".join(parts) + b"}"
     if "duration" not in names and query.sort != "duration":
         if len(index.columns) >= 4:

@@ -6,11 +6,12 @@ import heapq
 import json
 import logging
 import math
+import threading
 from array import array
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field, fields
-from itertools import compress, repeat
-from operator import is_not
+from itertools import compress, pairwise, repeat
+from operator import gt, is_not
 from typing import Any, TypeVar
 
 from nnix.model import events as ev
@@ -553,7 +554,8 @@ class _Source:
     snapshot's parts: a store may read them a piece at a time, checking each piece then; a trial whose
     piece is damaged (:class:`SnapshotDamaged`) is rebuilt from its events in the log (``trial_log``)."""
 
-    __slots__ = ("at", "encoded", "finals", "ids", "left", "loader", "records", "starts", "trial_log", "values")
+    __slots__ = ("_columns", "_columns_lock", "at", "columns", "encoded", "finals", "ids", "left", "loader", "records",
+                 "starts", "trial_log", "values")
 
     def __init__(self, ids: list[str], records: Part, starts: array[int], finals: array[float], at: array[int],
                  values: Part, loader: Callable[[str], list[Metric]] | None,
@@ -563,6 +565,58 @@ class _Source:
         self.loader, self.trial_log = loader, trial_log
         self.encoded = encoded  # (the state's: an ended trial built keeps its record as encoded)
         self.left = len(finals)  # trials not built yet
+        self.columns: Part | None = None  # the index columns part, where the snapshot has one
+        self._columns: IndexColumns | bool | None = None  # (decoded; False: too many parameter names)
+        self._columns_lock = threading.Lock()  # (a warm-up thread reads them while a request may ask)
+
+    def index_columns(self, whole: bool = False) -> IndexColumns | None:
+        """The snapshot's index columns (:class:`IndexColumns`); where it has none, or they do not match, made once
+        from the trials' records instead (never trusted: a damaged record is rebuilt from the log); None where the
+        parameters have more than INDEX_KEYS_MAX names. ``whole``: every column read and checked now (a later read
+        of a part the store hands back then cannot fail)."""
+        with self._columns_lock:
+            return self._index_columns(whole)
+
+    def _index_columns(self, whole: bool) -> IndexColumns | None:
+        got = self._columns
+        if got is False:
+            return None
+        try:
+            if not isinstance(got, IndexColumns):
+                if self.columns is None:
+                    raise ValueError("none in the snapshot")
+                got = self._columns = IndexColumns(self.columns, len(self.finals))
+            if whole:
+                got.load()
+            return got
+        except (SnapshotDamaged, ValueError, TypeError, KeyError) as e:
+            if self.columns is not None:
+                log.warning("the snapshot's index columns do not match (%s): made again from its records", e)
+        made = encode_columns(self.record_rows())
+        if made is None:
+            self._columns = False
+            return None
+        self.columns = made
+        got = self._columns = IndexColumns(made, len(self.finals))
+        return got
+
+    def record_rows(self) -> Iterator[tuple[Any, ...]]:
+        """Every trial's :func:`index_row`, from the records (one parse; a damaged one from its events)."""
+        try:
+            recs: list[Any] | None = json.loads(_whole(self.records))
+        except (SnapshotDamaged, ValueError):
+            recs = None
+        if recs is not None and len(recs) != len(self.finals):
+            recs = None
+        empty = array("d")
+        for i in range(len(self.finals)):
+            if recs is not None:
+                try:
+                    yield index_row(_trial(recs[i], empty, None))
+                    continue
+                except (ValueError, TypeError, KeyError, IndexError):
+                    pass
+            yield index_row(self.build(i, keep=False))
 
     def record(self, i: int) -> bytes:
         return bytes(self.records[1 + self.starts[i]:self.starts[i + 1]])
@@ -570,14 +624,17 @@ class _Source:
     def series(self, i: int) -> bytes:
         return bytes(self.values[self.at[i] * 8:self.at[i + 1] * 8])
 
-    def build(self, i: int, rec: list[Any] | None = None, strict: bool = False, keep: bool = True) -> TrialState:
-        """Trial ``i`` (``keep=False``: for a reader only, not counted as built nor kept as encoded)."""
+    def build(self, i: int, rec: list[Any] | None = None, strict: bool = False, keep: bool = True,
+              series: bool = True) -> TrialState:
+        """Trial ``i`` (``keep=False``: for a reader only, not counted as built nor kept as encoded; ``series=False``
+        too, for a reader of all but its intermediate values: they are not read, ``inter_values`` is empty)."""
         try:
             raw = self.record(i)
             if rec is None:
                 rec = json.loads(raw)
             values = array("d")
-            values.frombytes(self.series(i))
+            if series or keep:
+                values.frombytes(self.series(i))
         except SnapshotDamaged as e:
             if strict or self.trial_log is None:
                 raise
@@ -726,9 +783,11 @@ def each_trial(trials: dict[str, TrialState]) -> Iterator[TrialState]:
     return each_trial_or_known(trials, {})
 
 
-def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T]) -> Iterator[TrialState | _T]:
+def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T], series: bool = True
+                        ) -> Iterator[TrialState | _T]:
     """:func:`each_trial`, but a trial not built yet whose id is in ``known`` is given as ``known[id]`` (what the
-    caller made of it before: nothing changed it since, or it would be built) instead of being read again."""
+    caller made of it before: nothing changed it since, or it would be built) instead of being read again
+    (``series=False``: one read for the caller is read without its intermediate values, see :meth:`_Source.build`)."""
     src = trials.source if isinstance(trials, TrialTable) else None
     if src is None:
         yield from list(trials.values())
@@ -741,7 +800,7 @@ def each_trial_or_known(trials: dict[str, TrialState], known: Mapping[str, _T]) 
             elif (hit := known.get(tid)) is not None:
                 yield hit
             else:
-                yield src.build(t, keep=False)
+                yield src.build(t, keep=False, series=series)
         else:
             yield t
 
@@ -866,7 +925,8 @@ class _SeriesChunk:
         return values
 
 
-def one_trial_or_known(trials: dict[str, TrialState], tid: str, known: Mapping[str, _T]) -> TrialState | _T:
+def one_trial_or_known(trials: dict[str, TrialState], tid: str, known: Mapping[str, _T], series: bool = True
+                       ) -> TrialState | _T:
     """The trial ``tid`` as :func:`each_trial_or_known` gives it (one a snapshot holds: ``known[tid]``, or read for
     the caller alone); KeyError where there is none."""
     src = trials.source if isinstance(trials, TrialTable) else None
@@ -876,16 +936,243 @@ def one_trial_or_known(trials: dict[str, TrialState], tid: str, known: Mapping[s
     if type(t) is not int:
         return t  # type: ignore[no-any-return]
     hit = known.get(tid)
-    return hit if hit is not None else src.build(t, keep=False)
+    return hit if hit is not None else src.build(t, keep=False, series=series)
 
 
-def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
+# --- the index columns: what a sorted, filtered or searched list of every trial reads, as arrays -------------
+
+INDEX_KEYS_MAX = 256  # parameter names at most in a snapshot's index columns (more: the part is not written)
+INDEX_STATUSES = tuple(s.value for s in TrialStatus)  # a status code of the index columns: its position here
+_STATUS_CODE = {s: i for i, s in enumerate(TrialStatus)}
+# the columns (name, kind): d doubles (NaN: none), q 64-bit integers, b bytes (a status code), j a JSON array
+_INDEX_FIXED = (("seq", "q"), ("status", "b"), ("started", "d"), ("ended", "d"), ("duration", "d"), ("metric", "d"),
+                ("latest", "d"), ("nInter", "q"), ("final", "o"), ("message", "j"), ("hasFinal", "b"), ("source", "o"),
+                ("parameterId", "o"), ("created", "d"), ("env", "o"), ("exitCode", "o"), ("warnings", "q"),
+                ("shape", "q"))  # (shape: the position of the trial's parameter names among the head's "shapes")
+# o: a JSON value per trial, each decoded alone where a page shows it (offsets of 8 bytes, then the values joined
+# by commas: all of them decode at once as an array too); j: one JSON array (or doubles, where all are floats)
+
+
+def index_row(t: TrialState) -> tuple[Any, ...]:
+    """What the index columns hold of trial ``t`` (all a summary of it shows): its Trial No., status, start and end
+    times, duration (ms precision, as a summary's), finite final and latest intermediate values (NaN: none),
+    intermediate count, final result (as reported), message, whether it has a final result, source, parameter id,
+    creation time, environment, exit code, warning count, parameters."""
+    if t.held is None:
+        fm, lm, n_inter = t.final_m, t.latest_m, t.n_inter
+    else:
+        fm = lm = None
+        n_inter = 0
+        for m in t.held:
+            if m.type is MetricType.FINAL:
+                fm = m
+            else:
+                lm, n_inter = m, n_inter + 1
+    nan = math.nan
+    metric = None if fm is None else finite_scalar(fm.value)
+    latest = None if lm is None else finite_scalar(lm.value)
+    a, b = t.started_at, t.ended_at
+    return (t.sequence_id, _STATUS_CODE[t.status], nan if a is None else a, nan if b is None else b,
+            nan if a is None or b is None else round(b - a, 3), nan if metric is None else metric,
+            nan if latest is None else latest, n_inter, None if fm is None else fm.value, t.message, fm is not None,
+            t.source, t.parameter_id, t.created_at, t.environment_id, t.exit_code, t.warning_count, t.params)
+
+
+class IndexColumns:
+    """A snapshot's index columns (see :func:`encode_columns`), each decoded when first asked for (and kept).
+    Raises :class:`SnapshotDamaged` (a piece not matching its checksum) or ValueError (not as the head says)."""
+
+    __slots__ = ("_at", "_kept", "n", "param_keys", "part", "shapes")
+
+    def __init__(self, part: Part, n: int) -> None:
+        size = int.from_bytes(bytes(part[0:8]), "little")
+        if not 2 <= size <= len(part) - 8:
+            raise ValueError(f"index columns head of {size} bytes in a part of {len(part)}")
+        head = json.loads(bytes(part[8:8 + size]))
+        if not isinstance(head, dict) or head.get("n") != n or not isinstance(head.get("sections"), list) \
+                or not isinstance(head.get("paramKeys"), list):
+            raise ValueError(f"index columns of {head.get('n') if isinstance(head, dict) else '?'} trials, not {n}")
+        self.part, self.n, self.param_keys = part, n, [str(k) for k in head["paramKeys"]]
+        shapes = head.get("shapes")
+        if not isinstance(shapes, list) or not all(isinstance(x, list) and all(isinstance(k, str) and k in
+                                                                                self.param_keys for k in x)
+                                                    for x in shapes):
+            raise ValueError("index columns' parameter shapes not as their head says")
+        self.shapes: list[tuple[str, ...]] = [tuple(x) for x in shapes]
+        self._at: dict[str, tuple[str, int, int]] = {}
+        pos = 8 + size
+        for name, kind, length in head["sections"]:
+            if kind not in ("d", "q", "b", "j", "o") or not isinstance(length, int) or length < 0:
+                raise ValueError(f"index column {name!r} of kind {kind!r} and size {length!r}")
+            self._at[str(name)] = (kind, pos, pos + length)
+            pos += length
+        if pos != len(part) or any(name not in self._at or self._at[name][0] not in ((kind, "d") if kind == "j"
+                                                                                     else (kind,))
+                                   for name, kind in _INDEX_FIXED) \
+                or any(f"param:{k}" not in self._at for k in self.param_keys):
+            raise ValueError("index columns not as their head says")
+        self._kept: dict[str, Any] = {}
+
+    def column(self, name: str) -> Any:
+        """Column ``name`` (an array, or a list for a JSON one) of ``n`` values; a parameter not among
+        ``param_keys``: None (no trial of the snapshot has it)."""
+        hit = self._kept.get(name)
+        if hit is not None:
+            return hit
+        where = self._at.get(name)
+        if where is None:
+            if name.startswith("param:"):
+                return None
+            raise KeyError(name)
+        kind, a, b = where
+        kept = self._kept.get(f"items:{name}")
+        raw = b"" if kept is not None else bytes(self.part[a:b])
+        if kind == "o":
+            _, text = kept if kept is not None else self._items(name, raw)
+            hit = json.loads(b"[" + text + b"]")
+            if not isinstance(hit, list):
+                raise ValueError(f"index column {name!r} is not an array")
+        elif kind == "j":
+            hit = json.loads(raw)
+            if not isinstance(hit, list):
+                raise ValueError(f"index column {name!r} is not an array")
+        else:
+            hit = array(kind)
+            hit.frombytes(raw)
+        if len(hit) != self.n:
+            raise ValueError(f"index column {name!r} of {len(hit)} values, not {self.n}")
+        if name == "shape" and self.n and not -1 <= min(hit) <= max(hit) < len(self.shapes):
+            raise ValueError("index column 'shape' not among the head's shapes")
+        self._kept[name] = hit
+        return hit
+
+    def _items(self, name: str, raw: bytes) -> tuple[array[int], bytes]:
+        """The offsets and text of the ``o`` column ``name`` (its bytes ``raw``), checked."""
+        n = self.n
+        if len(raw) < 8 * (n + 1):
+            raise ValueError(f"index column {name!r} of {len(raw)} bytes for {n} offsets")
+        offsets = array("q")
+        offsets.frombytes(raw[:8 * (n + 1)])
+        text = raw[8 * (n + 1):]
+        if offsets[0] != 0 or offsets[n] != len(text) + 1 or any(map(gt, offsets, offsets[1:])):
+            raise ValueError(f"index column {name!r}: offsets not as its values")
+        self._kept[f"items:{name}"] = (offsets, text)
+        return offsets, text
+
+    def item(self, name: str, i: int) -> Any:
+        """Trial ``i``'s value of column ``name`` (an ``o`` column: only that value decoded)."""
+        got = self._kept.get(f"items:{name}")
+        if got is None:
+            return self.column(name)[i]
+        offsets, text = got
+        return json.loads(text[offsets[i]:offsets[i + 1] - 1])
+
+    def items(self, name: str) -> list[bytes]:
+        """The ``o`` column ``name`` as each trial's JSON bytes."""
+        if f"items:{name}" not in self._kept:
+            self.column(name)
+        offsets, text = self._kept[f"items:{name}"]
+        return [text[a:b - 1] for a, b in pairwise(offsets)]
+
+    def kind(self, name: str) -> str | None:
+        """How column ``name`` is kept: ``d`` doubles (a JSON column: its values all floats, NaN for None), ``q``,
+        ``b`` or ``j`` (JSON); None: no such column."""
+        where = self._at.get(name)
+        return None if where is None else where[0]
+
+    def values(self, name: str) -> list[Any] | None:
+        """Column ``name`` of a JSON field (``final``, ``message``, ``param:NAME``) as its values (None: a parameter
+        no trial of the snapshot has)."""
+        got = self.column(name)
+        if got is None or isinstance(got, list):
+            return got
+        return [None if v != v else v for v in got]
+
+    def load(self) -> None:
+        """Every column read (and checked) now (an ``o`` column's values are decoded when asked for)."""
+        for name, kind in _INDEX_FIXED:
+            if kind == "o" and f"items:{name}" not in self._kept:
+                _, a, b = self._at[name]
+                self._items(name, bytes(self.part[a:b]))
+            elif kind != "o":
+                self.column(name)
+        for k in self.param_keys:
+            self.column(f"param:{k}")
+
+
+def _json_column(values: list[Any]) -> tuple[str, bytes]:
+    """A JSON field's column: doubles where its values are all floats (none NaN) or None (read at once), else JSON."""
+    if all(v is None or (type(v) is float and v == v) for v in values):
+        return "d", array("d", [math.nan if v is None else v for v in values]).tobytes()
+    return "j", json.dumps(values, separators=(",", ":")).encode()
+
+
+def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any, ...]]) -> bytes | None:
+    """The index columns part of the trials in ``segments`` (rows of :func:`index_row`, or runs ``lo:hi`` of an
+    older snapshot's columns): a JSON head (trial count, parameter names, each column's kind and size), then the
+    columns; None where the parameters have more than INDEX_KEYS_MAX names."""
+    segs = list(segments)
+    keys: dict[str, None] = {}
+    for seg in segs:
+        if isinstance(seg[0], IndexColumns):
+            keys.update(dict.fromkeys(seg[0].param_keys))
+        elif isinstance(params := seg[-1], dict):
+            keys.update(dict.fromkeys(k for k in params if isinstance(k, str)))
+        if len(keys) > INDEX_KEYS_MAX:
+            return None
+    fixed = _INDEX_FIXED[:-1]  # (the shape is made here)
+    cols: list[Any] = [array(kind) if kind not in ("j", "o") else [] for _, kind in fixed]  # (o: each one's JSON)
+    pcols: dict[str, list[Any]] = {k: [] for k in keys}
+    shapes: dict[tuple[str, ...], int] = {}
+    shape = array("q")
+    n = 0
+    for seg in segs:
+        if isinstance(seg[0], IndexColumns):
+            old, lo, hi = seg[0], seg[1], seg[2]
+            for (name, kind), col in zip(fixed, cols, strict=True):
+                got = old.items(name) if kind == "o" else old.values(name) if kind == "j" else old.column(name)
+                col.extend(got[lo:hi])  # type: ignore[index]
+            for k, pcol in pcols.items():
+                got = old.values(f"param:{k}")
+                pcol.extend(got[lo:hi] if got is not None else repeat(None, hi - lo))
+            ids = [shapes.setdefault(x, len(shapes)) for x in old.shapes]
+            shape.extend(-1 if j < 0 else ids[j] for j in old.column("shape")[lo:hi])
+            n += hi - lo
+            continue
+        for value, col, (_, kind) in zip(seg[:-1], cols, fixed, strict=True):
+            col.append(json.dumps(value, separators=(",", ":")).encode() if kind == "o" else value)
+        params = seg[-1]
+        for k, pcol in pcols.items():
+            pcol.append(params.get(k) if isinstance(params, dict) else None)
+        shape.append(shapes.setdefault(tuple(params), len(shapes)) if isinstance(params, dict)
+                     and all(type(k) is str for k in params) else -1)
+        n += 1
+    sections: list[tuple[str, str, bytes]] = []
+    for (name, kind), col in zip(fixed, cols, strict=True):
+        if kind == "o":
+            offsets = array("q", [0])
+            for x in col:
+                offsets.append(offsets[-1] + len(x) + 1)
+            sections.append((name, "o", offsets.tobytes() + b",".join(col)))
+        else:
+            sections.append((name, *_json_column(col)) if kind == "j" else (name, kind, col.tobytes()))
+    sections.append(("shape", "q", shape.tobytes()))
+    for k, pcol in pcols.items():
+        sections.append((f"param:{k}", *_json_column(pcol)))
+    head = json.dumps({"n": n, "paramKeys": list(keys), "shapes": [list(x) for x in shapes],
+                       "sections": [[a, b, len(c)] for a, b, c in sections]}, separators=(",", ":")).encode()
+    return b"".join([len(head).to_bytes(8, "little"), head, *(c for _, _, c in sections)])
+
+
+def encode_sections(state: ExperimentState) -> tuple[bytes, ...]:
     """``state`` as snapshot bytes: the body, a small JSON head (the experiment, its trial ids, section sizes) then
     the trial ids, the byte offsets of their records, their final values and the offsets of their intermediate
-    values (raw); and two parts, read only where needed: the trials' records (a JSON array: one can be decoded
-    alone) and their finite intermediate values as raw doubles. Only running and waiting trials take their
-    series with them: an ended trial's is read from the store when asked for (``loader``). A trial not changed
-    since it was last encoded or decoded is not encoded again (nor, not built yet, read: its bytes are copied)."""
+    values (raw); and the parts, read only where needed: the trials' records (a JSON array: one can be decoded
+    alone), their finite intermediate values as raw doubles, and (where the parameters have at most INDEX_KEYS_MAX
+    names) the index columns (:func:`encode_columns`: what a sorted or filtered list of all trials reads). Only
+    running and waiting trials take their series with them: an ended trial's is read from the store when asked
+    for (``loader``). A trial not changed since it was last encoded or decoded is not encoded again (nor, not built
+    yet, read: its bytes are copied)."""
     head: dict[str, Any] = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in _EXPERIMENT_SKIP}
     head["status"] = state.status.value
     trials = state.trials
@@ -897,6 +1184,16 @@ def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
     starts, finals, at, values = array("q", [0]), array("d"), array("q", [0]), array("d")
     pos, nan = 0, math.nan
     run: list[tuple[str, int]] = []  # trials not built yet, one after the other in the snapshot: copied at once
+    tot = state.totals
+    old_cols = None
+    if src is not None and (tot is None or len(tot["paramKeys"]) <= INDEX_KEYS_MAX):
+        old_cols = src.index_columns(whole=True)
+    rows: list[Any] | None = [] if src is None or old_cols is not None else None  # (None: no index columns)
+
+    def old_rows(lo: int, hi: int) -> None:
+        if rows is not None:
+            assert old_cols is not None
+            rows.append((old_cols, lo, hi))
 
     def put(rec: bytes, final: float, series: Iterable[float] | bytes) -> None:
         nonlocal pos
@@ -920,6 +1217,8 @@ def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
             else:
                 active.append(len(ids) - 1)
         put(hit[0], hit[1], t.inter_values)
+        if rows is not None:
+            rows.append(index_row(t))
 
     def flush() -> None:
         nonlocal pos
@@ -936,6 +1235,8 @@ def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
                     put(src.record(i), src.finals[i], src.series(i))
                 except SnapshotDamaged:
                     built(tid, trials[tid])
+                else:
+                    old_rows(i, i + 1)
             run.clear()
             return
         pieces.append(bytes(recs))
@@ -946,6 +1247,7 @@ def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
         values.frombytes(series)
         at.extend(array("q", [base + x - a0 for x in src.at[lo + 1:hi + 1]]))
         assert len(at) == n + hi - lo
+        old_rows(lo, hi)
         run.clear()
 
     for tid, t in _slots(trials):
@@ -962,10 +1264,16 @@ def encode_sections(state: ExperimentState) -> tuple[bytes, bytes, bytes]:
     sections = [json.dumps(ids, separators=(",", ":")).encode(), starts.tobytes(), finals.tobytes(), at.tobytes()]
     records = b"[" + b",".join(pieces) + b"]"
     series = values.tobytes()
+    columns = None
+    if rows is not None and len(rows) == 1 and old_cols is not None and rows[0] == (old_cols, 0, old_cols.n):
+        columns = _whole(old_cols.part)  # (no trial built since: the part as it was read, checked whole)
+    elif rows is not None:
+        columns = encode_columns(rows)
+    parts = [records, series] if columns is None else [records, series, columns]
     head["sections"] = [len(s) for s in sections]
-    head["parts"] = [len(records), len(series)]
+    head["parts"] = [len(p) for p in parts]
     text = json.dumps({"experiment": head}, separators=(",", ":")).encode()
-    return b"".join([len(text).to_bytes(8, "little"), text, *sections]), records, series
+    return b"".join([len(text).to_bytes(8, "little"), text, *sections]), *parts
 
 
 def encode_snapshot(state: ExperimentState) -> bytes:
@@ -994,11 +1302,11 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None, p
         for size in part_sizes:
             parts.append(view[pos:pos + size])  # type: ignore[arg-type]  # (a memoryview slices to memoryviews)
             pos += size
-    if pos != len(view) or len(parts) != 2 or [len(p) for p in parts] != part_sizes:
+    if pos != len(view) or len(parts) not in (2, 3) or [len(p) for p in parts] != part_sizes:
         raise ValueError(f"snapshot of {len(view)} bytes and parts {[len(p) for p in parts]} where its head says "
                          f"{pos} and {part_sizes}")
     ids_raw, starts_raw, finals_raw, at_raw = sections
-    records, values = parts
+    records, values = parts[0], parts[1]
     ids = json.loads(bytes(ids_raw))
     starts, finals, at = array("q"), array("d"), array("q")
     starts.frombytes(starts_raw)
@@ -1016,6 +1324,7 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None, p
         state.totals = None
     state.loader, state.trial_log = loader, trial_log
     source = _Source(ids, records, starts, finals, at, values, loader, state.encoded, trial_log)
+    source.columns = parts[2] if len(parts) == 3 else None  # (checked when first read)
     table = TrialTable(ids, source if k else None)
     if len(table) != k:
         raise ValueError("snapshot with a trial id twice")
@@ -1029,8 +1338,8 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None, p
 
 def snapshot_of(state: ExperimentState) -> Snapshot:
     """``state`` as a snapshot (immutable: a thread may write it to the store while the state moves on)."""
-    body, records, series = encode_sections(state)
-    return Snapshot(SNAPSHOT_VERSION, state.last_seq, body, (records, series))
+    body, *parts = encode_sections(state)
+    return Snapshot(SNAPSHOT_VERSION, state.last_seq, body, tuple(parts))
 
 
 def write_snapshot(store: Store, state: ExperimentState) -> None:
