@@ -17,8 +17,8 @@ from itertools import chain, islice
 from typing import ClassVar, Protocol, overload, runtime_checkable
 
 from nnix.model.args import TunerArgs
+from nnix.model.history import History
 from nnix.model.trials import Direction, TrialRecord
-from nnix.tuners.base import History
 
 
 class Decision(str, Enum):
