@@ -506,6 +506,7 @@ def test_manager_killed_and_resumed_reattaches_remote_trials(tmp_path: Path, ssh
     st = read_state(exp_dir)
     os.kill(st.manager_pid or 0, signal.SIGKILL)
     wait_until(lambda: not pid_alive(st.manager_pid), 30.0)
+    st = read_state(exp_dir)  # what the killed manager wrote: it may have recorded metrics since the read above
     assert len(ssh_lab.agent_pids(exp_id)) >= 2  # the agents outlive their manager ...
     wait_until(lambda: _unrecorded_lines(st), 60)  # ... and their trials report what no manager recorded
     # A manager killed between acknowledging lines and writing them: the store lacks lines the agents
