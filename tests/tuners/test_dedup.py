@@ -13,8 +13,8 @@ from nnix.errors import NoMoreTrialsError
 from nnix.model.status import TrialStatus
 from nnix.space import SearchSpace, grid, key
 from nnix.tuners import dedup
-from nnix.tuners.base import Direction, TrialRecord, TunerContext
-from nnix.tuners.dedup import GridIndex
+from nnix.tuners.base import Direction, History, TrialRecord, TunerContext
+from nnix.tuners.dedup import GridIndex, SeenKeys
 from nnix.tuners.gridsearch import GridSearchTuner
 from nnix.tuners.random import RandomTuner
 
@@ -206,3 +206,12 @@ def _counts(records: list[TrialRecord]) -> Any:
     from collections import Counter
 
     return Counter(key(r.params) for r in records)
+
+
+def test_seen_keys_take_a_longer_view_of_the_same_lineage_at_its_word() -> None:
+    records = [TrialRecord(i, {"x": i}, TrialStatus.SUCCEEDED, float(i)) for i in range(50)]
+    lineage = object()
+    seen = SeenKeys()
+    assert not seen.update(History.view(records[:40], lineage))
+    assert seen.update(History.view(records, lineage)) and len(seen.added) == 10
+    assert not seen.update(History.view(records[:45], object()))  # a new lineage: counted afresh

@@ -1,13 +1,14 @@
-"""History: what the manager hands a tuner, read-only, a view of its own list or a copy."""
+"""History: what the manager hands a tuner (and an assessor), read-only, a view of its own list or a copy, with the
+log of the records replaced in its lineage."""
 
 from __future__ import annotations
 
 import pytest
 
+from nnix.model.history import History, ReplacedLog
 from nnix.model.status import TrialStatus
 from nnix.model.trials import TrialRecord
-from nnix.tuners.base import History, ReplacedLog
-from nnix.tuners.dedup import SeenKeys, extends_records
+from nnix.tuners.dedup import extends_records
 
 
 def _records(n: int) -> list[TrialRecord]:
@@ -37,15 +38,6 @@ def test_a_copied_history_is_its_own() -> None:
     h = History(records)
     records[0] = TrialRecord(9, {"x": 9}, TrialStatus.FAILED)
     assert h[0].parameter_id == 0 and len(h) == 3 and History() == () and repr(History(records[:1])).startswith("H")
-
-
-def test_seen_keys_take_a_longer_view_of_the_same_lineage_at_its_word() -> None:
-    records = _records(50)
-    lineage = object()
-    seen = SeenKeys()
-    assert not seen.update(History.view(records[:40], lineage))
-    assert seen.update(History.view(records, lineage)) and len(seen.added) == 10
-    assert not seen.update(History.view(records[:45], object()))  # a new lineage: counted afresh
 
 
 def test_a_view_with_its_owners_log_says_which_records_were_replaced_since_an_earlier_view() -> None:
