@@ -42,3 +42,36 @@ spans.sort()
 overlap = any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
 print("trials with spans:", len(spans), "overlapping on the one GPU:", overlap)
 P
+echo "== useActiveGpu false: a foreign process computing on the GPU holds the trial back until it ends"
+cd /tmp/g
+python3 - > hog.log 2>&1 <<'P' &
+import time, torch
+x = torch.randn(2048, 2048, device="cuda")
+print("HOG up", time.time(), flush=True)
+t = time.time()
+while time.time() - t < 60:
+    x = x @ x.T / 2048
+    torch.cuda.synchronize()
+P
+HOG=$!
+sleep 8
+python3 -c "
+import pynvml as n; n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0)
+print('NVML sees', len(n.nvmlDeviceGetComputeRunningProcesses(h)), 'compute processes, util', n.nvmlDeviceGetUtilizationRates(h).gpu, '%')"
+sed -e 's/"useActiveGpu": true/"useActiveGpu": false/' -e 's/"maxTrialNumber": 4/"maxTrialNumber": 1/' -e 's/"trialConcurrency": 2/"trialConcurrency": 1/' config.yml > config2.yml
+export NNIX_HOME=/tmp/g/home2
+timeout 150 python3 -m nnix.cli.main create --config config2.yml --foreground --port 18311 > fg2.log 2>&1 &
+FG=$!
+sleep 10
+python3 -c "
+import json, urllib.request
+print('check-status while the foreign process runs:', urllib.request.urlopen('http://127.0.0.1:18311/api/v1/nni/check-status', timeout=10).read().decode()[:400])"
+echo "trials started while it runs: $(grep -l START /tmp/g/home2/*/environments/*/trials/*/trial.stdout 2>/dev/null | wc -l)"
+KILLED=$(python3 -c 'import time; print(time.time())'); kill $HOG; wait $HOG 2>/dev/null
+wait $FG; echo "foreground exit: $?"; tail -5 fg2.log
+python3 - "$KILLED" <<'P'
+import glob, re, sys
+for f in glob.glob("/tmp/g/home2/*/environments/*/trials/*/trial.stdout"):
+    s = re.search(r"START ([\d.]+)", open(f).read())
+    print("trial started", "AFTER" if s and float(s.group(1)) > float(sys.argv[1]) else "BEFORE/never", "the foreign process was killed")
+P
