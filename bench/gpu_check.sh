@@ -75,3 +75,23 @@ for f in glob.glob("/tmp/g/home2/*/environments/*/trials/*/trial.stdout"):
     s = re.search(r"START ([\d.]+)", open(f).read())
     print("trial started", "AFTER" if s and float(s.group(1)) > float(sys.argv[1]) else "BEFORE/never", "the foreign process was killed")
 P
+echo "== maxTrialNumberPerGpu 2: two 1-GPU trials share the one GPU at once"
+cd /tmp/g
+sed -e 's/"useActiveGpu": true/"useActiveGpu": true, "maxTrialNumberPerGpu": 2, "gpuIndices": "0"/' -e 's/"maxTrialNumber": 4/"maxTrialNumber": 2/' config.yml > config3.yml
+export NNIX_HOME=/tmp/g/home3
+timeout 120 python3 -m nnix.cli.main create --config config3.yml --foreground --port 0 2>&1 | tail -2
+python3 - <<'P'
+import glob, re
+spans = []
+for f in glob.glob("/tmp/g/home3/*/environments/*/trials/*/trial.stdout"):
+    t = open(f).read()
+    s = re.search(r"START ([\d.]+) CVD (\S+)", t); e = re.search(r"END ([\d.]+)", t)
+    print(f.split("/")[-2], "CVD", s and s.group(2), "ok" if e else "no END")
+    if s and e: spans.append((float(s.group(1)), float(e.group(1))))
+spans.sort()
+print("trials with spans:", len(spans), "overlapping on the one GPU:", len(spans) == 2 and spans[1][0] < spans[0][1])
+P
+echo "== trialGpuNumber 2 on a machine of one GPU: a clear error, no wait"
+sed -e 's/"trialGpuNumber": 1/"trialGpuNumber": 2/' -e 's/"maxTrialNumber": 4/"maxTrialNumber": 1/' config.yml > config4.yml
+export NNIX_HOME=/tmp/g/home4
+timeout 60 python3 -m nnix.cli.main create --config config4.yml --foreground --port 0 > fg4.log 2>&1; echo "exit: $? (3 expected)"; tail -2 fg4.log
