@@ -341,7 +341,8 @@ def test_a_snapshot_opens_building_only_its_running_trials_and_each_other_at_its
     assert state.trials["t8"].final_value == 8.0 and state.trials.get("t10") is not None  # one at a time
     assert built[-2:] == ["t8", "t10"] and len(built) == 7
     assert [t.trial_id for t in state.ranked(2)] == ["t0", "t2"] and len(built) == 9  # minimize: 0.0 then 2.0
-    assert state.count(TrialStatus.SUCCEEDED) == 15 and len(built) == 20  # every trial: all built, once
+    assert state.count(TrialStatus.SUCCEEDED) == 15 and len(built) == 9  # counted by the fold: none built
+    assert len(list(state.trials.values())) == 20 and len(built) == 20  # every trial: all built, once
     assert _canon(state) == _canon(fold(store.read()))
 
 
@@ -494,3 +495,51 @@ def test_a_snapshot_holds_the_totals_and_an_older_one_without_them_still_opens(t
     old = state_mod.fold_store(store, old)
     assert old.totals is not None and old.totals["counts"]["WAITING"] == _counted(old)["counts"]["WAITING"]
     assert "z" in old.totals["paramKeys"]
+
+
+def _scan(state: Any) -> tuple[list[str], dict[TrialStatus, int]]:
+    """The trials not ended (in creation order) and the count of each status, read off every trial."""
+    trials = list(state.trials.values())
+    return ([t.trial_id for t in trials if not t.status.is_terminal],
+            {s: sum(t.status is s for t in trials) for s in TrialStatus})
+
+
+def _kept(state: Any) -> tuple[list[str], dict[TrialStatus, int]]:
+    return [t.trial_id for t in state.active_trials], {s: state.count(s) for s in TrialStatus}
+
+
+def test_the_live_trials_and_status_counts_kept_by_the_fold_are_those_of_its_trials(tmp_path: Path) -> None:
+    from nnix.core import state as state_mod
+    from nnix.core.events import TrialRequeued
+    from nnix.store.sqlite import SqliteStore
+
+    store = SqliteStore(f"{tmp_path}/s.sqlite")
+    _started(store)
+    _busy_log(store, range(0, 14))  # t1, t5, t9, t13 stay running; the others succeed
+    store.append([TrialCreated("w", 40, 40, {"x": 0}),  # waits
+                  TrialCreated("f", 41, 41, {"x": 1}), TrialStarted("f", "local-env", "/tmp/f"),
+                  TrialEnded("f", TrialStatus.FAILED, 1), TrialEnded("t5", TrialStatus.USER_CANCELED, None),
+                  TrialRequeued("t9", "host lost"),  # running again later: waiting, in its place
+                  TrialEnded("t2", TrialStatus.SUCCEEDED, 0)])  # (a second end of an ended trial changes nothing)
+    full = state_mod.fold(store.read())
+    live, counts = _scan(full)
+    assert live == ["t1", "t9", "t13", "w"] and counts[TrialStatus.WAITING] == 2 and counts[TrialStatus.FAILED] == 1
+    folded = state_mod.fold_store(store)
+    assert _kept(folded) == (live, counts)
+    assert folded.count(TrialStatus.RUNNING, TrialStatus.WAITING) == 4
+    assert folded.count(TrialStatus.SUCCEEDED, TrialStatus.FAILED) == counts[TrialStatus.SUCCEEDED] + 1
+
+    # from a snapshot, before any ended trial is built, then with events after it
+    state_mod.write_snapshot(store, folded)
+    loaded = state_mod.fold_store(store)
+    assert isinstance(loaded.trials, state_mod.TrialTable) and loaded.trials.pending
+    assert _kept(loaded) == (live, counts)
+    store.append([TrialEnded("t1", TrialStatus.SUCCEEDED, 0), TrialStarted("w", "local-env", "/tmp/w"),
+                  TrialCreated("n", 42, 42, {"x": 2}), TrialRequeued("t3", "retried after it ended")])
+    loaded = state_mod.fold_store(store, loaded)
+    again = state_mod.fold(store.read())
+    assert _kept(loaded) == _scan(again)
+    assert [t.trial_id for t in loaded.active_trials] == ["t3", "t9", "t13", "w", "n"]  # (in creation order)
+    # an older snapshot without totals counts its ended statuses from the trials
+    loaded.totals = None
+    assert _kept(loaded) == _scan(again)

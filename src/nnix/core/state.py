@@ -189,6 +189,9 @@ class ExperimentState:
         self.snapshot_seq = 0  # the seq of the store's snapshot this state was read from or last written at
         # a trial's events in the store (set by fold_store): rebuilds a trial whose snapshot bytes are damaged
         self.trial_log: Callable[[str], list[Stored]] | None = None
+        # the trials not ended (waiting, running, unknown), in the order they were created: kept by the fold, so
+        # the manager's many looks at them per loop turn cost their number, not the experiment's
+        self.live: dict[str, TrialState] = {}
 
     # --- derived views -----------------------------------------------------------------------
     def elapsed(self, now: float | None = None) -> float:
@@ -200,17 +203,17 @@ class ExperimentState:
         return total
 
     def count(self, *statuses: TrialStatus) -> int:
-        trials = self.trials
-        if isinstance(trials, TrialTable) and trials.pending and not any(s.is_terminal for s in statuses):
-            return sum(1 for t in trials.built() if t.status in statuses)  # (a trial not built is an ended one)
-        return sum(1 for t in trials.values() if t.status in statuses)
+        if not any(s.is_terminal for s in statuses):
+            return sum(1 for t in self.live.values() if t.status in statuses)
+        if self.totals is not None:  # (kept by the fold as the statuses change)
+            counts = self.totals["counts"]
+            return sum(counts.get(s.value, 0) for s in set(statuses))
+        return sum(1 for t in self.trials.values() if t.status in statuses)
 
     @property
     def active_trials(self) -> list[TrialState]:
-        trials = self.trials
-        if isinstance(trials, TrialTable) and trials.pending:
-            return [t for t in trials.built() if t.is_active]
-        return [t for t in trials.values() if t.is_active]
+        """The trials not ended, in the order they were created (``live``, kept by the fold)."""
+        return list(self.live.values())
 
     @property
     def direction(self) -> str:
@@ -352,7 +355,7 @@ class ExperimentState:
         elif isinstance(e, ev.LimitsUpdated):
             self.limits[e.field] = e.value
         elif isinstance(e, ev.TrialCreated):
-            self.trials[e.trial_id] = TrialState(
+            self.trials[e.trial_id] = self.live[e.trial_id] = TrialState(
                 trial_id=e.trial_id,
                 sequence_id=e.sequence_id,
                 parameter_id=e.parameter_id,
@@ -382,6 +385,8 @@ class ExperimentState:
             t = self.trials[e.trial_id]
             self._count(t.status, e.status)
             t.status, t.exit_code, t.message, t.ended_at = e.status, e.exit_code, e.message, ts
+            if not t.is_active:
+                self.live.pop(e.trial_id, None)
             if self.loader is not None and t.held is not None:
                 if self.held_ended + len(t.held) > HOLD_ENDED_METRICS:
                     t.held = None
@@ -393,6 +398,9 @@ class ExperimentState:
             if t.final_m is not None or t.held:
                 self._lost_final(t)
             t.status, t.message = TrialStatus.WAITING, e.reason
+            if e.trial_id not in self.live:  # (a trial requeued after it ended: live again, in its place)
+                self.live[e.trial_id] = t
+                self.live = dict(sorted(self.live.items(), key=lambda kv: kv[1].sequence_id))
             t.started_at = t.environment_id = t.output_dir = t.pid = t.pid_start = t.gpus = None
             t.reset_series()  # the new attempt's channel counts lines from 0 again
             # (its warnings stay: they happened)
@@ -1329,7 +1337,10 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None, p
     if len(table) != k:
         raise ValueError("snapshot with a trial id twice")
     for i in active:  # built at once (see TrialTable); a damaged piece: the snapshot is not used
-        dict.__setitem__(table, ids[i], source.build(i, strict=True))
+        t = source.build(i, strict=True)
+        dict.__setitem__(table, ids[i], t)
+        if t.is_active:
+            state.live[ids[i]] = t
     if source.left == 0:
         table.source = None
     state.trials = table

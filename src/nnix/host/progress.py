@@ -8,12 +8,12 @@ import json
 import signal
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnix.core.state import ExperimentState
+from nnix.core.state import ExperimentState, each_trial
 from nnix.model.status import ExperimentStatus, TrialStatus
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ REPORTED = (TrialStatus.FAILED, TrialStatus.SYS_CANCELED)
 def failure_reasons(state: ExperimentState) -> list[tuple[str, int, str]]:
     """Distinct reasons of failed trials, most frequent first: (reason, count, first trial id)."""
     seen: dict[str, list[Any]] = {}
-    for t in state.trials.values():
+    for t in each_trial(state.trials):
         if t.status in REPORTED:
             reason = t.message or f"{t.status.value} (no reason recorded)"
             entry = seen.setdefault(reason, [0, t.trial_id])
@@ -144,7 +144,9 @@ class Progress:
         self._last_scan = 0.0
         self._live: Any = None
         self._console: Any = None
-        self._ended: set[str] = set()
+        # what _scan looks at: the trials not ended at its last look, and those created since (by their number)
+        self._watch: list[str] = []
+        self._seen = 0
         self._reasons: dict[str, int] = {}
         self._error_shown = ""
         self.stop_signal: int | None = None
@@ -160,9 +162,8 @@ class Progress:
         print(f"Ctrl-C stops it; `nnix resume {self.exp_id}` continues it.", flush=True)
         for note in self.notes:
             print(note, flush=True)
-        for t in self.manager.state.trials.values():  # a resumed experiment: report only what happens now
-            if t.status.is_terminal:
-                self._ended.add(t.trial_id)
+        state = self.manager.state  # a resumed experiment: report only what happens now
+        self._watch, self._seen = list(state.live), len(state.trials)
         if sys.stdout.isatty():
             from rich.console import Console
             from rich.live import Live
@@ -203,11 +204,12 @@ class Progress:
     def _scan(self) -> None:
         """Report new failure reasons and a new ERROR reason."""
         state = self.manager.state
-        for t in state.trials.values():
-            if not t.status.is_terminal or t.trial_id in self._ended:
-                continue
-            self._ended.add(t.trial_id)
-            if t.status not in REPORTED:
+        trials = state.trials
+        new = list(islice(trials, self._seen, None))  # (in creation order: the dict's)
+        look, self._watch, self._seen = self._watch + new, list(state.live), len(trials)
+        for tid in look:
+            t = trials[tid]
+            if not t.status.is_terminal or t.status not in REPORTED:
                 continue
             reason = t.message or f"{t.status.value} (no reason recorded)"
             n = self._reasons.get(reason, 0) + 1
@@ -277,10 +279,10 @@ class Progress:
 def summary_lines(outcome: RunOutcome, exp_dir: Path) -> list[str]:
     st = outcome.state
     eid = st.experiment_id
-    counts = Counter(t.status for t in st.trials.values())
+    counts = {s: n for s in TrialStatus if (n := st.count(s))}
     out = [f"--- experiment {eid} ---"]
     out.append(f"trials:   {len(st.trials)} in {_elapsed(st.elapsed())}"
-               + (": " + ", ".join(f"{counts[s]} {s.value}" for s in TrialStatus if counts[s]) if counts else ""))
+               + (": " + ", ".join(f"{counts[s]} {s.value}" for s in counts) if counts else ""))
     best = st.best_trial()
     if best is not None and best.final_value is not None:
         out.append(f"best:     {best.final_value:.6g} ({st.direction}), trial {best.trial_id} (#{best.sequence_id}): "
