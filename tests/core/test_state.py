@@ -467,6 +467,7 @@ def test_the_overview_totals_kept_by_the_fold_are_those_counted_from_its_trials(
     store.append([TrialStarted("t0", "local-env", "/tmp/t0"), MetricReported("t0", MetricType.FINAL, 0, 2.0, 20, 0)])
     state = state_mod.fold_store(store, state)
     assert _totals(state) == _counted(state) and state.overview_totals()["best"][0] == "t0"
+    assert state.best_trial() is state.ranked(1)[0] is state.trials["t0"]
 
 
 def test_a_snapshot_holds_the_totals_and_an_older_one_without_them_still_opens(tmp_path: Path) -> None:

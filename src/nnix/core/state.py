@@ -224,6 +224,16 @@ class ExperimentState:
         return str(mode) if mode in ("maximize", "minimize") else "maximize"
 
     def best_trial(self) -> TrialState | None:
+        """The best trial with a final result (ties: the first): the one the fold keeps in the totals where it
+        knows it, else found by :meth:`ranked` (the foreground progress asks five times a second)."""
+        tot = self.totals
+        if tot is not None and not tot["dirty"]:
+            kept = tot["best"]
+            if kept is None:
+                return None
+            t = self.trials.get(kept[0])
+            if t is not None and t.final_value is not None:
+                return t
         best = self.ranked(1)
         return best[0] if best else None
 
