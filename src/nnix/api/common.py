@@ -92,11 +92,16 @@ def _finite(obj: Any) -> Any:
 
 def dumps(obj: Any) -> bytes:
     """Strict JSON (no NaN tokens): non-finite floats become null."""
+    exact = dumps_exact(obj)
+    return exact if exact is not None else json.dumps(_finite(obj), allow_nan=False, separators=(",", ":")).encode()
+
+
+def dumps_exact(obj: Any) -> bytes | None:
+    """:func:`dumps` of ``obj`` where it has no non-finite float (its JSON then decodes to what it was), else None."""
     try:
-        text = json.dumps(obj, allow_nan=False, separators=(",", ":"))
+        return json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
     except ValueError:
-        text = json.dumps(_finite(obj), allow_nan=False, separators=(",", ":"))
-    return text.encode()
+        return None
 
 
 class JSON(Response):

@@ -18,7 +18,7 @@ from itertools import compress, islice, repeat
 from operator import is_, is_not
 from typing import Any
 
-from nnix.api.common import ApiError, dumps, ms
+from nnix.api.common import ApiError, dumps, dumps_exact, ms
 from nnix.api.jsonstream import Parts
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import (
@@ -84,14 +84,23 @@ class MetricScan:
 
 @dataclass(slots=True)
 class TrialView:
+    """A trial's summary (``encoded``: as JSON) and what is made of it. An ended trial's view holds only the JSON
+    (``held`` None; :attr:`summary` decodes it when asked): 100k warmed views of a snapshot would hold ~2 KB more
+    each as dicts."""
+
     version: tuple[Any, ...]
-    summary: dict[str, Any]
+    held: dict[str, Any] | None
     encoded: bytes
     compat: bytes | None = None
     fragments: dict[str, tuple[Any, bytes | None]] | None = None
     scan: MetricScan | None = None
     compat_key: tuple[Any, ...] | None = None
     out: str | None = None  # the trial's output directory (with the summary: what NNI's TrialJobInfo needs)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        held = self.held
+        return held if held is not None else json.loads(self.encoded)
 
 
 def summarize(t: TrialState, scan: MetricScan | None = None) -> dict[str, Any]:
@@ -163,11 +172,16 @@ class TrialViews:
         if c is None or c.version != v:
             scan = MetricScan() if c is None or c.scan is None else c.scan
             s = summarize(t, scan)
+            exact = dumps_exact(s)  # (None: non-finite numbers in it, which its JSON writes as null)
+            encoded = dumps(s) if exact is None else exact
+            held = s if exact is None or t.is_active else None  # (an ended trial's: decoded when asked)
             if c is None:
-                c = TrialView(v, s, dumps(s), scan=scan, out=t.output_dir)
+                c = TrialView(v, held, encoded, scan=scan, out=t.output_dir)
                 self._cache[t.trial_id] = c
             else:  # what does not depend on intermediate results (NNI's TrialJobInfo) is kept
-                c.version, c.summary, c.encoded, c.fragments, c.out = v, s, dumps(s), None, t.output_dir
+                c.version, c.held, c.encoded, c.fragments, c.out = v, held, encoded, None, t.output_dir
+                if held is None:
+                    c.compat = c.compat_key = None  # (an ended trial's is kept with no key: made again here)
         return c
 
     def summary(self, t: TrialState) -> dict[str, Any]:
@@ -181,7 +195,11 @@ class TrialViews:
         from the view. Cached until the trial's status, times, messages or final result change (not at each
         intermediate result)."""
         final = c.scan.final if c.scan is not None else None
-        s = c.summary
+        if c.held is None:  # an ended trial's: kept until entry() makes its view again
+            if c.compat is None:
+                c.compat = dumps(build(c, final))
+            return c.compat
+        s = c.held
         key = (s["status"], s["start"], s["end"], s["message"], s["env"], c.out, id(final), s["parameterId"],
                s["seq"])
         if c.compat is None or c.compat_key != key:
