@@ -33,6 +33,42 @@ def test_incremental_summary_equals_a_fresh_one() -> None:
     assert summarize(t, scan)["nInter"] == 1 and summarize(t, scan)["latest"] == 7.0
 
 
+def test_an_ended_trials_view_holds_only_its_json_and_answers_as_the_summary_does() -> None:
+    """A running trial's view holds its summary; an ended one's only the JSON (decoded when asked: 100k warmed views
+    would hold ~2 KB more each), except where the JSON cannot give it back (a non-finite final result); NNI's
+    TrialJobInfo of an ended trial is made again when its view is."""
+    from types import SimpleNamespace
+
+    from nnix.api.views import TrialViews
+    from nnix.core.events import ExperimentCreated, TrialCreated, TrialStarted, TrialWarning
+    from nnix.core.state import ExperimentState
+
+    state = ExperimentState()
+    events: list[Any] = [ExperimentCreated("e1", {}, 1)]
+    for tid, final in (("a", 0.5), ("b", None), ("c", float("nan"))):
+        events += [TrialCreated(tid, len(events), len(events), {"x": tid}), TrialStarted(tid, "env", "/tmp/" + tid)]
+        if final is not None:
+            events += [MetricReported(tid, F, 0, final, 0, 0), TrialEnded(tid, TrialStatus.SUCCEEDED, 0)]
+    for seq, e in enumerate(events, 1):
+        state.apply(Stored(seq, 10.0 + seq, e))
+    views = TrialViews(SimpleNamespace(state=state))  # type: ignore[arg-type]
+    a, b, c = (views.entry(state.trials[t]) for t in "abc")
+    assert a.held is None and a.summary == summarize(state.trials["a"]) and a.summary["final"] == 0.5
+    assert b.held is not None and b.held == summarize(state.trials["b"])
+    assert c.held is not None and c.held["hasFinal"] and c.held["final"] != c.held["final"]  # (NaN, kept as is)
+    made: list[str] = []
+
+    def info(v: Any, final: Any) -> dict[str, Any]:
+        made.append(v.summary["id"])
+        return {"id": v.summary["id"], "warnings": v.summary["warnings"], "final": final.value}
+
+    assert views.compat(a, info) == views.compat(a, info) == b'{"id":"a","warnings":0,"final":0.5}' and made == ["a"]
+    state.apply(Stored(len(events) + 1, 99.0, TrialWarning("a", "metrics", "line 9: bad", 1, 9)))
+    a2 = views.entry(state.trials["a"])
+    assert a2 is a and a.held is None and a.summary["warnings"] == 1
+    assert views.compat(a, info) == b'{"id":"a","warnings":1,"final":0.5}' and made == ["a", "a"]
+
+
 def test_trial_list_follows_the_state(finished: Path, h: Any) -> None:
     manager, app = h.viewer(finished)
 
@@ -353,6 +389,7 @@ def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_pa
     from nnix.store import sqlite as sqlite_mod
 
     monkeypatch.setattr("time.time", lambda: 2e9)
+    monkeypatch.setattr(state_mod, "ROWS_CHUNK", 7)  # the records decoded 7 at a time: 6 chunks, the last short
     store = _mixed_store(tmp_path / "s.sqlite", 40, scalar=True)
     snap = store.read_snapshot()
     assert snap is not None and len(snap.parts) == 3
@@ -372,6 +409,21 @@ def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_pa
     # a snapshot without them (as an older nnix wrote it): made from the records
     body2, records, series, _ = state_mod.encode_sections(fold_store(store))
     old = state_mod.decode_snapshot(body2[:0] + _two_parts(body2, records, series), None)
+    src = old.trials.source  # type: ignore[attr-defined]
+    want_rows = [state_mod.index_row(src.build(i, keep=False)) for i in range(len(src.finals))]
+    built: dict[int, int] = {}
+    for chunk in (7, 10**6):  # the records decoded 7 at a time or all at once: the same rows, the same trials built
+        with monkeypatch.context() as m:
+            m.setattr(state_mod, "ROWS_CHUNK", chunk)
+            build = state_mod._Source.build
+
+            def counted(*a: Any, chunk: int = chunk, build: Any = build, **k: Any) -> Any:
+                built[chunk] = built.get(chunk, 0) + 1
+                return build(*a, **k)
+
+            m.setattr(state_mod._Source, "build", counted)
+            assert list(src.record_rows()) == want_rows
+    assert built.get(7, 0) == built.get(10**6, 0) < len(want_rows) // 2, built
     got, want = _indexes(old)
     assert isinstance(got.rows, _ColumnRows)
     _same_answers(got, want, old)

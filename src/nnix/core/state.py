@@ -561,6 +561,9 @@ def _trial(rec: list[Any], values: array[float], loader: Callable[[str], list[Me
         values, loader)
 
 
+ROWS_CHUNK = 2048  # records of a snapshot decoded at once where every trial's index row is made from them
+
+
 def _whole(part: Part) -> bytes:
     return bytes(part[0:len(part)])
 
@@ -619,22 +622,27 @@ class _Source:
         return got
 
     def record_rows(self) -> Iterator[tuple[Any, ...]]:
-        """Every trial's :func:`index_row`, from the records (one parse; a damaged one from its events)."""
-        try:
-            recs: list[Any] | None = json.loads(_whole(self.records))
-        except (SnapshotDamaged, ValueError):
-            recs = None
-        if recs is not None and len(recs) != len(self.finals):
-            recs = None
+        """Every trial's :func:`index_row`, from the records (a parse per ROWS_CHUNK records, not of all at once:
+        100k decoded records would take ~200 MB; a damaged one from its events)."""
         empty = array("d")
-        for i in range(len(self.finals)):
-            if recs is not None:
-                try:
-                    yield index_row(_trial(recs[i], empty, None))
-                    continue
-                except (ValueError, TypeError, KeyError, IndexError):
-                    pass
-            yield index_row(self.build(i, keep=False))
+        n = len(self.finals)
+        for lo in range(0, n, ROWS_CHUNK):
+            hi = min(n, lo + ROWS_CHUNK)
+            try:
+                recs: list[Any] | None = json.loads(b"[" + bytes(self.records[1 + self.starts[lo]:self.starts[hi]])
+                                                    + b"]")
+            except (SnapshotDamaged, ValueError):
+                recs = None
+            if recs is not None and len(recs) != hi - lo:
+                recs = None
+            for i in range(lo, hi):
+                if recs is not None:
+                    try:
+                        yield index_row(_trial(recs[i - lo], empty, None))
+                        continue
+                    except (ValueError, TypeError, KeyError, IndexError):
+                        pass
+                yield index_row(self.build(i, keep=False))
 
     def record(self, i: int) -> bytes:
         return bytes(self.records[1 + self.starts[i]:self.starts[i + 1]])
