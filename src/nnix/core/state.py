@@ -1137,22 +1137,19 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
     """The index columns part of the trials in ``segments`` (rows of :func:`index_row`, or runs ``lo:hi`` of an
     older snapshot's columns): a JSON head (trial count, parameter names, each column's kind and size), then the
     columns; None where the parameters have more than INDEX_KEYS_MAX names."""
-    segs = list(segments)
-    keys: dict[str, None] = {}
-    for seg in segs:
-        if isinstance(seg[0], IndexColumns):
-            keys.update(dict.fromkeys(seg[0].param_keys))
-        elif isinstance(params := seg[-1], dict):
-            keys.update(dict.fromkeys(k for k in params if isinstance(k, str)))
-        if len(keys) > INDEX_KEYS_MAX:
-            return None
     fixed = _INDEX_FIXED[:-1]  # (the shape is made here)
     cols: list[Any] = [array(kind) if kind not in ("j", "o") else [] for _, kind in fixed]  # (o: each one's JSON)
-    pcols: dict[str, list[Any]] = {k: [] for k in keys}
+    pcols: dict[str, list[Any]] = {}  # (in the order the names first appear; a new one: None for the rows before)
     shapes: dict[tuple[str, ...], int] = {}
     shape = array("q")
     n = 0
-    for seg in segs:
+    for seg in segments:  # (one pass: 100k rows are not held at once)
+        names = seg[0].param_keys if isinstance(seg[0], IndexColumns) else seg[-1] if isinstance(seg[-1], dict) else ()
+        for k in names:
+            if k not in pcols and isinstance(k, str):
+                if len(pcols) == INDEX_KEYS_MAX:
+                    return None
+                pcols[k] = [None] * n
         if isinstance(seg[0], IndexColumns):
             old, lo, hi = seg[0], seg[1], seg[2]
             for (name, kind), col in zip(fixed, cols, strict=True):
@@ -1185,7 +1182,7 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
     sections.append(("shape", "q", shape.tobytes()))
     for k, pcol in pcols.items():
         sections.append((f"param:{k}", *_json_column(pcol)))
-    head = json.dumps({"n": n, "paramKeys": list(keys), "shapes": [list(x) for x in shapes],
+    head = json.dumps({"n": n, "paramKeys": list(pcols), "shapes": [list(x) for x in shapes],
                        "sections": [[a, b, len(c)] for a, b, c in sections]}, separators=(",", ":")).encode()
     return b"".join([len(head).to_bytes(8, "little"), head, *(c for _, _, c in sections)])
 
