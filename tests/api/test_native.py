@@ -98,6 +98,9 @@ def test_trial_list_filter_search_sort_page(finished: Path, h: Any) -> None:
             assert await ids(c, sort="metric") == ["aaaaa", "ccccc", "bbbbb", "ddddd", "eeeee"]
             assert await ids(c, sort="metric", order="desc") == ["ccccc", "aaaaa", "bbbbb", "ddddd", "eeeee"]
             assert await ids(c, sort="-param:x") == ["ccccc", "eeeee", "ddddd", "bbbbb", "aaaaa"]
+            for query in ({"status": "failed,waiting"}, {"q": "CCC"}, {"sort": "-metric"}, {"sort": "-param:x"},
+                          {"order": "desc"}, {"sort": "metric", "status": "SUCCEEDED"}):  # full lists answer as pages
+                assert await ids(c, limit="all", **query) == await ids(c, **query), query
             assert (await ids(c, sort="param:opt"))[:2] == ["aaaaa", "ccccc"]
             assert await ids(c, sort="-metric:acc") == ["aaaaa", "bbbbb", "ccccc", "ddddd", "eeeee"]
             assert (await ids(c, sort="-seq"))[0] == "eeeee"

@@ -141,7 +141,8 @@ def routes(ctx: ApiContext) -> list[Route]:
             return head + b",".join(v.encoded for v in page) + b"]}"
 
         if query.limit is None:  # a full list: streamed a slice at a time (not joined whole, nor kept)
-            total, page = query.run(ctx.views.all())
+            plain = query.statuses is None and not query.search and query.sort == "seq" and not query.descending
+            total, page = query.run(ctx.views.all() if plain else ctx.views.index())  # (filtered, sorted: as pages)
             head = f'{{"total":{total},"offset":{query.offset},"limit":null,"seq":{m.state.last_seq},"items":['
             return JSONStream((v.encoded for v in page), head=head.encode(), tail=b"]}")
         if query.sort == "duration":  # running trials' durations grow with the clock

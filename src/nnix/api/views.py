@@ -553,7 +553,7 @@ class TrialQuery:
         if isinstance(rows, TrialIndex):
             hits = rows.matching(self)
             return len(hits), [rows.view(int(i)) for i in hits[self.offset:end]]
-        views = [v for v in rows if self.matches(v.summary)]
+        views = [v for v in rows if self.matches(v.summary)] if self.statuses is not None or self.search else list(rows)
         if self.sort != "seq" or self.descending:
             key = self.sort_key(int(time.time() * 1000))
             views.sort(key=lambda v: key(v.summary), reverse=self.descending)
