@@ -28,18 +28,14 @@ from nnix.core.state import (
     TrialState,
     TrialTable,
     each_trial_or_known,
+    index_row,
     one_trial_or_known,
+    row_summary,
 )
-from nnix.model.metrics import scalar_value
 from nnix.model.status import MetricType, TrialStatus
 from nnix.version import __version__
 
 STOPPED_STATUSES = (TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED, TrialStatus.EARLY_STOPPED)
-
-
-def finite(value: Any) -> float | None:
-    v = scalar_value(value)
-    return v if v is not None and math.isfinite(v) else None
 
 
 def _version(t: TrialState) -> tuple[Any, ...]:
@@ -104,30 +100,10 @@ class TrialView:
 
 
 def summarize(t: TrialState, scan: MetricScan | None = None) -> dict[str, Any]:
+    """The summary of ``t`` (:func:`~nnix.core.state.row_summary`), its metrics read through ``scan`` (kept by
+    the caller: a trial reporting fast then costs its new metrics, not all of them)."""
     scan = (scan or MetricScan()).update(t)
-    final_m, latest_m, n_inter = scan.final, scan.latest, scan.n_inter
-    duration = None if t.started_at is None or t.ended_at is None else round(t.ended_at - t.started_at, 3)
-    return {
-        "id": t.trial_id,
-        "seq": t.sequence_id,
-        "status": t.status.value,
-        "source": t.source,
-        "parameterId": t.parameter_id,
-        "params": t.params,
-        "created": ms(t.created_at),
-        "start": ms(t.started_at),
-        "end": ms(t.ended_at),
-        "duration": duration,
-        "final": None if final_m is None else final_m.value,
-        "hasFinal": final_m is not None,
-        "metric": None if final_m is None else finite(final_m.value),
-        "latest": None if latest_m is None else finite(latest_m.value),
-        "nInter": n_inter,
-        "message": t.message,
-        "env": t.environment_id,
-        "exitCode": t.exit_code,
-        "warnings": t.warning_count,
-    }
+    return row_summary(t.trial_id, index_row(t, (scan.final, scan.latest, scan.n_inter)))
 
 
 class TrialViews:
@@ -787,29 +763,11 @@ class _ColumnRows(_Rows):
                                                                              "exitCode"))
         except ValueError:  # (not as written: the trial is read instead)
             return None
-        started, ended, duration = col("started")[i], col("ended")[i], col("duration")[i]
-        metric, latest = col("metric")[i], col("latest")[i]
-        return {
-            "id": self.ids[i],
-            "seq": col("seq")[i],
-            "status": INDEX_STATUSES[col("status")[i]],
-            "source": source,
-            "parameterId": pid,
-            "params": {k: get(f"param:{k}")[i] for k in cols.shapes[j]},
-            "created": int(col("created")[i] * 1000),
-            "start": None if started != started else int(started * 1000),
-            "end": None if ended != ended else int(ended * 1000),
-            "duration": None if duration != duration else duration,
-            "final": final,
-            "hasFinal": bool(col("hasFinal")[i]),
-            "metric": None if metric != metric else metric,
-            "latest": None if latest != latest else latest,
-            "nInter": col("nInter")[i],
-            "message": get("message")[i],
-            "env": env,
-            "exitCode": code,
-            "warnings": col("warnings")[i],
-        }
+        row = [col(name)[i] for name in ("seq", "status", "started", "ended", "duration", "metric", "latest", "nInter")]
+        params = {k: get(f"param:{k}")[i] for k in cols.shapes[j]}
+        row += [final, get("message")[i], col("hasFinal")[i], source, pid, col("created")[i], env, code,
+                col("warnings")[i], params]
+        return row_summary(self.ids[i], row)
 
     def column(self, name: str, now_ms: int = 0) -> _Column:
         """:meth:`_Rows.column` of a numeric field from the snapshot's arrays at once (those of the changed trials

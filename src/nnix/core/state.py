@@ -979,12 +979,15 @@ _INDEX_FIXED = (("seq", "q"), ("status", "b"), ("started", "d"), ("ended", "d"),
 # by commas: all of them decode at once as an array too); j: one JSON array (or doubles, where all are floats)
 
 
-def index_row(t: TrialState) -> tuple[Any, ...]:
-    """What the index columns hold of trial ``t`` (all a summary of it shows): its Trial No., status, start and end
-    times, duration (ms precision, as a summary's), finite final and latest intermediate values (NaN: none),
+def index_row(t: TrialState, metrics: tuple[Metric | None, Metric | None, int] | None = None) -> tuple[Any, ...]:
+    """What the index columns hold of trial ``t`` (all a summary of it shows: :func:`row_summary`): its Trial No.,
+    status, start and end times, duration (ms precision), finite final and latest intermediate values (NaN: none),
     intermediate count, final result (as reported), message, whether it has a final result, source, parameter id,
-    creation time, environment, exit code, warning count, parameters."""
-    if t.held is None:
+    creation time, environment, exit code, warning count, parameters. ``metrics``: its final and latest intermediate
+    result and intermediate count where the caller keeps them (else found in its series)."""
+    if metrics is not None:
+        fm, lm, n_inter = metrics
+    elif t.held is None:
         fm, lm, n_inter = t.final_m, t.latest_m, t.n_inter
     else:
         fm = lm = None
@@ -1002,6 +1005,34 @@ def index_row(t: TrialState) -> tuple[Any, ...]:
             nan if a is None or b is None else round(b - a, 3), nan if metric is None else metric,
             nan if latest is None else latest, n_inter, None if fm is None else fm.value, t.message, fm is not None,
             t.source, t.parameter_id, t.created_at, t.environment_id, t.exit_code, t.warning_count, t.params)
+
+
+def row_summary(trial_id: str, row: Sequence[Any]) -> dict[str, Any]:
+    """A trial's summary (what REST's trial lists and the web UI's table show of it) from its :func:`index_row`,
+    made from the trial or read from a snapshot's index columns: the one place that says what a summary holds."""
+    (seq, status, started, ended, duration, metric, latest, n_inter, final, message, has_final, source, pid, created,
+     env, code, warnings, params) = row
+    return {
+        "id": trial_id,
+        "seq": seq,
+        "status": INDEX_STATUSES[status],
+        "source": source,
+        "parameterId": pid,
+        "params": params,
+        "created": None if created is None else int(created * 1000),
+        "start": None if started != started else int(started * 1000),
+        "end": None if ended != ended else int(ended * 1000),
+        "duration": None if duration != duration else duration,
+        "final": final,
+        "hasFinal": bool(has_final),
+        "metric": None if metric != metric else metric,
+        "latest": None if latest != latest else latest,
+        "nInter": n_inter,
+        "message": message,
+        "env": env,
+        "exitCode": code,
+        "warnings": warnings,
+    }
 
 
 class IndexColumns:
