@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,13 @@ BASE: dict[str, Any] = {"searchSpace": SPACE, "trialCommand": "python3 trial.py"
                         "tuner": {"name": "Random"}}
 
 
-def _code(tmp_path: Path) -> Path:
+def _code(tmp_path: Path, start: str = "") -> Path:
+    """A quick trial; ``start``: code it runs first (after ``import nni, time``)."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "trial.py").write_text(
-        "import nni, time\np = nni.get_next_parameter()\nnni.report_intermediate_result(1)\ntime.sleep(0.2)\n"
-        "nni.report_final_result(p['x'])\n")
+        f"import nni, time\n{start}p = nni.get_next_parameter()\nnni.report_intermediate_result(1)\n"
+        "time.sleep(0.2)\nnni.report_final_result(p['x'])\n")
     return code
 
 
@@ -74,7 +76,15 @@ def test_trials_spread_over_every_listed_service(tmp_path: Path) -> None:
 
 
 def test_local_and_remote_in_one_experiment(tmp_path: Path, ssh_lab: SshLab) -> None:
-    code = _code(tmp_path)
+    # quick trials could all run locally before the remote machine is ready: a local trial first waits (4 s at
+    # most) until a trial started on the remote machine (a marker per hostname, where the lab user can write)
+    marks = ssh_lab.home / f"hybrid-{tmp_path.name}"
+    marks.mkdir()
+    marks.chmod(0o777)
+    code = _code(tmp_path, start=(f"import os, socket\nopen(os.path.join({str(marks)!r}, socket.gethostname()), 'w')"
+                                  f".close()\nend = time.time() + 4\nwhile socket.gethostname() == "
+                                  f"{socket.gethostname()!r} and len(os.listdir({str(marks)!r})) < 2 and "
+                                  "time.time() < end:\n    time.sleep(0.05)\n"))
     host = ssh_lab.hosts[0]
     remote = {"platform": "remote", "knownHostsFile": str(ssh_lab.known_hosts),
               "remoteWorkDir": str(ssh_lab.home / "work"), "machineList": [host.machine()]}
