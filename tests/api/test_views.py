@@ -67,6 +67,8 @@ def test_an_ended_trials_view_holds_only_its_json_and_answers_as_the_summary_doe
     a2 = views.entry(state.trials["a"])
     assert a2 is a and a.held is None and a.summary["warnings"] == 1
     assert views.compat(a, info) == b'{"id":"a","warnings":1,"final":0.5}' and made == ["a", "a"]
+    state.totals = None  # (an older snapshot's state: the totals are to be counted from every summary)
+    assert TrialViews(SimpleNamespace(state=state)).entry(state.trials["a"]).held is not None  # type: ignore[arg-type]
 
 
 def test_trial_list_follows_the_state(finished: Path, h: Any) -> None:

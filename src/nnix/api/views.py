@@ -150,7 +150,9 @@ class TrialViews:
             s = summarize(t, scan)
             exact = dumps_exact(s)  # (None: non-finite numbers in it, which its JSON writes as null)
             encoded = dumps(s) if exact is None else exact
-            held = s if exact is None or t.is_active else None  # (an ended trial's: decoded when asked)
+            # an ended trial's summary is decoded when asked, where the state keeps its overview totals (an older
+            # snapshot without them: they are counted once from every summary, which then should not be decoded)
+            held = s if exact is None or t.is_active or self.manager.state.totals is None else None
             if c is None:
                 c = TrialView(v, held, encoded, scan=scan, out=t.output_dir)
                 self._cache[t.trial_id] = c
@@ -276,6 +278,9 @@ class TrialViews:
             # what a first look asks for: a sorted or filtered page of 100k trials is then a slice (a small
             # experiment's index is built when first asked: quick, and a run that is never looked at imports no numpy)
             if big:
+                src = st.trials.source if isinstance(st.trials, TrialTable) else None
+                if src is not None:  # (a snapshot without index columns: made from its records in a thread, not
+                    await asyncio.to_thread(src.index_columns, True)  # on the loop: ~2 s at 100k)
                 await self._warm_index()
         except Exception:  # only a head start: requests build what is missing
             logging.getLogger("nnix.api").exception("warming the trial summaries failed")
