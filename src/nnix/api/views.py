@@ -22,6 +22,7 @@ from nnix.api.common import ApiError, dumps, dumps_exact, ms
 from nnix.api.jsonstream import Parts
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import (
+    INDEX_FIELDS,
     INDEX_STATUSES,
     IndexColumns,
     Metric,
@@ -763,15 +764,12 @@ class _ColumnRows(_Rows):
         if j < 0:
             return None
         get = self.get
-        try:
-            source, pid, final, env, code = (cols.item(name, i) for name in ("source", "parameterId", "final", "env",
-                                                                             "exitCode"))
+        try:  # (the fields of an index_row, in its order: each column by its kind)
+            row = [cols.item(name, i) if kind == "o" else get(name)[i] if kind == "j" else col(name)[i]
+                   for name, kind in INDEX_FIELDS]
         except ValueError:  # (not as written: the trial is read instead)
             return None
-        row = [col(name)[i] for name in ("seq", "status", "started", "ended", "duration", "metric", "latest", "nInter")]
-        params = {k: get(f"param:{k}")[i] for k in cols.shapes[j]}
-        row += [final, get("message")[i], col("hasFinal")[i], source, pid, col("created")[i], env, code,
-                col("warnings")[i], params]
+        row.append({k: get(f"param:{k}")[i] for k in cols.shapes[j]})
         return row_summary(self.ids[i], row)
 
     def column(self, name: str, now_ms: int = 0) -> _Column:

@@ -975,6 +975,7 @@ _INDEX_FIXED = (("seq", "q"), ("status", "b"), ("started", "d"), ("ended", "d"),
                 ("latest", "d"), ("nInter", "q"), ("final", "o"), ("message", "j"), ("hasFinal", "b"), ("source", "o"),
                 ("parameterId", "o"), ("created", "d"), ("env", "o"), ("exitCode", "o"), ("warnings", "q"),
                 ("shape", "q"))  # (shape: the position of the trial's parameter names among the head's "shapes")
+INDEX_FIELDS = _INDEX_FIXED[:-1]  # an index_row's fields but its parameters, in its order (see row_summary)
 # o: a JSON value per trial, each decoded alone where a page shows it (offsets of 8 bytes, then the values joined
 # by commas: all of them decode at once as an array too); j: one JSON array (or doubles, where all are floats)
 
@@ -1168,7 +1169,7 @@ def encode_columns(segments: Iterable[tuple[IndexColumns, int, int] | tuple[Any,
     """The index columns part of the trials in ``segments`` (rows of :func:`index_row`, or runs ``lo:hi`` of an
     older snapshot's columns): a JSON head (trial count, parameter names, each column's kind and size), then the
     columns; None where the parameters have more than INDEX_KEYS_MAX names."""
-    fixed = _INDEX_FIXED[:-1]  # (the shape is made here)
+    fixed = INDEX_FIELDS  # (the shape is made here)
     cols: list[Any] = [array(kind) if kind not in ("j", "o") else [] for _, kind in fixed]  # (o: each one's JSON)
     pcols: dict[str, list[Any]] = {}  # (in the order the names first appear; a new one: None for the rows before)
     shapes: dict[tuple[str, ...], int] = {}
