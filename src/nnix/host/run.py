@@ -64,7 +64,9 @@ async def _first_trial_started(manager: ExperimentManager, run: asyncio.Future[A
     started = asyncio.Event()
 
     def check() -> None:  # stays subscribed: O(1) once set
-        if not started.is_set() and any(t.status is not TrialStatus.WAITING for t in manager.state.trials.values()):
+        st = manager.state  # (a trial not waiting: an ended one, or a live one that is not waiting; no trial built)
+        if not started.is_set() and (len(st.trials) > len(st.live)
+                                     or any(t.status is not TrialStatus.WAITING for t in st.live.values())):
             started.set()
 
     manager.subscribe(check)
