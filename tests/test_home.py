@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from nnix.core.state import ExperimentState
-from nnix.home import STORE_NAME, Registry
+from nnix.errors import NnixError
+from nnix.home import STORE_NAME, Registry, pid_alive
 from nnix.testing.experiments import make_experiment
 
 
@@ -92,3 +93,95 @@ def test_read_state_serves_dropped_series_after_its_store_is_closed(tmp_path: Pa
     assert t.held is None  # not in memory
     assert [m.value for m in t.intermediate] == [0.0, 0.5, 1.0, 1.5, 2.0] and t.final_value == 9.0
     assert t.n_inter == 5 and list(t.inter_values) == [0.0, 0.5, 1.0, 1.5, 2.0]
+
+
+# --- one manager per experiment: the manager lock ---------------------------------------------------------------
+_HOLD = """
+import sys, time
+from pathlib import Path
+from nnix.errors import ExperimentBusyError
+from nnix.home import ManagerLock
+go = float(sys.argv[2])
+while time.time() < go:
+    time.sleep(0.001)
+try:
+    lock = ManagerLock.acquire(Path(sys.argv[1]), "exp1", "resume")
+except ExperimentBusyError as e:
+    print("BUSY", e.message, flush=True)
+    sys.exit(3)
+lock.record(port=4242)
+print("HELD", flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_of_concurrent_manager_starts_exactly_one_gets_the_experiment(tmp_path: Path) -> None:
+    """N processes that try to take one experiment's manager lock at the same instant: exactly one holds it, every
+    other fails with a clear ExperimentBusyError naming the holder; 20 rounds."""
+    import subprocess
+    import sys
+    import time
+
+    for _ in range(20):
+        go = time.time() + 0.3
+        procs = [subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path), str(go), "0.6"],
+                                  stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        outs = [(p.communicate(timeout=60)[0], p.returncode) for p in procs]
+        held = [o for o, rc in outs if rc == 0]
+        busy = [o for o, rc in outs if rc == 3]
+        assert len(held) == 1 and len(busy) == 3, outs
+        holder_pid = next(p.pid for p, (_, rc) in zip(procs, outs, strict=True) if rc == 0)
+        for out in busy:  # the holder had written its pid before the others looked, or it is not named yet
+            assert "experiment exp1 already has a manager: another nnix manager is" in out
+            assert f"(pid {holder_pid}" in out or "(pid" not in out
+
+
+def test_the_lock_is_freed_by_kill_9_and_is_not_inherited_by_children(tmp_path: Path) -> None:
+    """A manager killed with SIGKILL leaves no lock behind, even while a child it started (a trial) still runs;
+    a reader of the lock file sees the live holder and never takes the lock itself."""
+    import signal
+    import subprocess
+    import sys
+
+    from nnix.errors import ExperimentBusyError
+    from nnix.home import ManagerLock, read_lock_holder
+
+    code = _HOLD.replace("time.sleep(float(sys.argv[3]))",
+                         "import subprocess\nchild = subprocess.Popen(['sleep', '60'])\nprint(child.pid, flush=True)\n"
+                         "time.sleep(float(sys.argv[3]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), "0", "60"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "HELD"
+    child = int(proc.stdout.readline())
+    try:
+        holder = read_lock_holder(tmp_path)
+        assert holder is not None and holder.pid == proc.pid and holder.port == 4242 and holder.action == "resume"
+        with pytest.raises(ExperimentBusyError) as busy:
+            ManagerLock.acquire(tmp_path, "exp1", "view")
+        assert f"pid {proc.pid}, port 4242" in busy.value.message and "nnix stop exp1" in (busy.value.hint or "")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert pid_alive(child)  # the trial outlives its manager...
+        assert read_lock_holder(tmp_path) is None
+        with ManagerLock.acquire(tmp_path, "exp1", "resume"):  # ...and holds no lock: a resume takes it
+            mine = read_lock_holder(tmp_path)
+            assert mine is not None and mine.pid == os.getpid() and mine.action == "resume"
+    finally:
+        proc.kill()
+        os.kill(child, signal.SIGKILL)
+    assert read_lock_holder(tmp_path) is None  # released: the file says no holder
+
+
+def test_a_lock_file_that_is_a_fifo_or_link_does_not_hang_a_reader(tmp_path: Path) -> None:
+    from nnix.home import LOCK_FILE, ManagerLock, read_lock_holder
+
+    os.mkfifo(tmp_path / LOCK_FILE)
+    assert read_lock_holder(tmp_path) is None
+    with pytest.raises(NnixError, match="not a regular file"):
+        ManagerLock.acquire(tmp_path, "exp1", "resume")
+    (tmp_path / LOCK_FILE).unlink()
+    (tmp_path / "elsewhere").write_text('{"pid": 1}')
+    (tmp_path / LOCK_FILE).symlink_to(tmp_path / "elsewhere")
+    assert read_lock_holder(tmp_path) is None
+    with pytest.raises(NnixError, match="cannot open the manager lock"):
+        ManagerLock.acquire(tmp_path, "exp1", "resume")

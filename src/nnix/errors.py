@@ -107,3 +107,7 @@ class ExperimentNotFoundError(NnixError):
 
 class ManagerUnreachableError(NnixError):
     """The experiment's manager process does not answer."""
+
+
+class ExperimentBusyError(NnixError):
+    """Another manager process owns the experiment (it holds the experiment's manager lock)."""

@@ -6,10 +6,13 @@ Kept light (no pydantic, numpy or tuners) so that quick CLI verbs like ``nnix st
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import string
+import time
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,7 +20,7 @@ from typing import Any
 
 from nnix.core.manager_error import apply_manager_error
 from nnix.core.state import SERIES_KINDS, ExperimentState, Metric, fold, fold_store, series
-from nnix.errors import ExperimentNotFoundError
+from nnix.errors import ExperimentBusyError, ExperimentNotFoundError, NnixError
 from nnix.model.status import ExperimentStatus
 from nnix.paths import home as home
 from nnix.store.base import Stored
@@ -116,6 +119,134 @@ def pid_alive(pid: int | None) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+LOCK_FILE = "manager.lock"
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """Who holds an experiment's manager lock, as the holder wrote it (any field may be unknown: a holder
+    that has just taken the lock has not written yet)."""
+
+    pid: int | None = None
+    action: str | None = None
+    port: int | None = None
+    host: str | None = None
+    since: float | None = None
+
+    def describe(self) -> str:
+        what = {"create": "running it", "resume": "running it", "view": "serving it read-only"}.get(
+            self.action or "", "managing it")
+        parts = [f"pid {self.pid}" if self.pid else "", f"port {self.port}" if self.port else ""]
+        where = ", ".join(p for p in parts if p)
+        return f"another nnix manager is {what}" + (f" ({where})" if where else "")
+
+
+class ManagerLock:
+    """An experiment's ownership: an exclusive ``flock`` on ``<exp>/manager.lock``, taken by a manager process
+    before it writes anything and held for the whole life of that process. The kernel releases it when the
+    process ends, however it ends (``kill -9`` included), so a crashed manager never blocks a resume, and two
+    managers can never run one experiment: of N concurrent ``resume``/``view``/``create`` starts, one gets it,
+    the others fail with :class:`ExperimentBusyError` naming the holder. The file holds the holder's pid, action
+    and port (JSON) for that message only; the lock itself is the ``flock``. The descriptor is close-on-exec,
+    so trial processes never inherit it."""
+
+    def __init__(self, exp_dir: Path, fd: int) -> None:
+        self.exp_dir = exp_dir
+        self._fd: int | None = fd
+        self._holder = LockHolder(os.getpid())
+
+    @classmethod
+    def acquire(cls, exp_dir: Path, exp_id: str, action: str) -> ManagerLock:
+        path = exp_dir / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise NnixError(f"cannot open the manager lock of experiment {exp_id} ({path}): {e.strerror or e}",
+                            "check that the experiment's directory exists and is writable") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise NnixError(f"cannot open the manager lock of experiment {exp_id} ({path}): not a regular file",
+                                f"remove {path}; nnix makes it anew")
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise NnixError(f"cannot take the manager lock of experiment {exp_id} ({path}): {e.strerror or e}",
+                                None) from None
+            raise busy_error(exp_id, read_lock_holder(exp_dir) or LockHolder()) from None
+        lock = cls(exp_dir, fd)
+        lock.record(action=action, since=time.time())
+        return lock
+
+    def record(self, **fields: Any) -> None:
+        """Rewrite who holds the lock (e.g. the port once it is bound). A full disk leaves it unwritten: the
+        lock still holds, only the loser's message knows less."""
+        if self._fd is None:
+            return
+        self._holder = LockHolder(**{**asdict(self._holder), **fields})
+        data = json.dumps(asdict(self._holder)).encode()
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, data, 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # (closing releases the flock)
+
+    def __enter__(self) -> ManagerLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def busy_error(exp_id: str, holder: LockHolder) -> ExperimentBusyError:
+    """The error for a start that found the experiment owned by another manager."""
+    return ExperimentBusyError(
+        f"experiment {exp_id} already has a manager: {holder.describe()}",
+        f"only one manager runs an experiment; stop that one first (nnix stop {exp_id})"
+        + (f", or open its web UI on port {holder.port}" if holder.port else ""),
+    )
+
+
+def read_lock_holder(exp_dir: Path) -> LockHolder | None:
+    """What the lock file says of its holder, if that process is alive; None otherwise. For messages only:
+    reading never takes the lock (a probe holding it for an instant could make a real start fail)."""
+    try:
+        fd = os.open(exp_dir / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+
+    def num(key: str) -> Any:
+        value = data.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    pid = num("pid")
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return None
+    port = num("port")
+    return LockHolder(pid, str(data.get("action") or "") or None, port if isinstance(port, int) else None,
+                      str(data.get("host") or "") or None, num("since"))
 
 
 # the events that make an experiment's status, limits, manager and elapsed time (no trials)

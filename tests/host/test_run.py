@@ -76,3 +76,33 @@ def test_a_resume_answers_rest_while_the_tuner_history_is_read_and_starts_no_tri
     finally:
         gate.open()
         subprocess.run([*NNIX, "stop", exp_id], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_of_concurrent_resumes_one_manager_runs_the_experiment_and_the_others_say_who_does(tmp_path: Path) -> None:
+    """`nnix resume ID` three times at once (as `... & ... & ...`): exactly one manager runs the experiment, the
+    two others exit 1 with a clear error naming its pid, no trial is created twice, and `nnix stop` finds and stops
+    the one manager. Three rounds."""
+    from nnix.home import pid_alive, read_lock_holder
+
+    exp_id, exp_dir = _stopped_experiment(tmp_path)
+    for round_ in range(3):
+        procs = [subprocess.Popen([*NNIX, "resume", exp_id, "--port", "0"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        outs = [(*p.communicate(timeout=120), p.returncode) for p in procs]
+        try:
+            assert sorted(rc for _, _, rc in outs) == [0, 1, 1], outs
+            holder = read_lock_holder(exp_dir)
+            assert holder is not None and holder.action == "resume"
+            state = read_state(exp_dir, summary=True)
+            assert state.manager_pid == holder.pid and state.manager_port == holder.port
+            for _, err, rc in outs:
+                if rc:
+                    assert f"experiment {exp_id} already has a manager" in err and f"pid {holder.pid}" in err, err
+                    assert "Traceback" not in err
+        finally:
+            stop = subprocess.run([*NNIX, "stop", exp_id], capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        assert not pid_alive(holder.pid) and read_lock_holder(exp_dir) is None, round_
+    with closing(SqliteStore(exp_dir / STORE_NAME)) as store:
+        sequences = [e.event.sequence_id for e in store.read() if isinstance(e.event, TrialCreated)]
+    assert len(sequences) == len(set(sequences)) == N + 1  # the one more trial, created once

@@ -20,7 +20,17 @@ from typing import Any
 from nnix.core.manager import ExperimentManager
 from nnix.core.manager_error import prepare_manager_error, read_manager_error, write_manager_error
 from nnix.errors import ManagerUnreachableError, NnixError, StoreFullError
-from nnix.home import Registry, port_holder, read_state, tighten_permissions, ui_url
+from nnix.home import (
+    Entry,
+    ManagerLock,
+    Registry,
+    busy_error,
+    port_holder,
+    read_lock_holder,
+    read_state,
+    tighten_permissions,
+    ui_url,
+)
 from nnix.host.build import build_manager
 from nnix.host.collector import release as release_collector
 from nnix.host.interrupts import sigint_held
@@ -116,6 +126,18 @@ def run_manager(
     foreground output (first line, progress, failure reasons, summary) on stdout."""
     entry = Registry().get(exp_id)
     exp_dir = Path(entry.dir)
+    # one manager per experiment: taken before anything is written, held until this process ends
+    lock = ManagerLock.acquire(exp_dir, entry.id, action)
+    try:
+        return _run_locked(entry, exp_dir, lock, action, port, live, exit_when_done, host, service_options)
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    entry: Entry, exp_dir: Path, lock: ManagerLock, action: str, port: int, live: bool, exit_when_done: bool,
+    host: str, service_options: dict[str, Any],
+) -> RunOutcome:
     from nnix.api.auth import TOKEN_FILE, token_for_bind
 
     loosened = tighten_permissions(exp_dir)  # experiments made before nnix set 0700/0600
@@ -123,7 +145,12 @@ def run_manager(
     token = token_for_bind(exp_dir, host)  # a non-loopback bind requires the experiment's token
     sock = bind(port, host)
     actual_port = sock.getsockname()[1]
-    manager = build_manager(exp_dir, exit_when_done=exit_when_done, **service_options)
+    lock.record(port=actual_port, host=host)
+    try:
+        manager = build_manager(exp_dir, exit_when_done=exit_when_done, **service_options)
+    except BaseException:
+        sock.close()
+        raise
     _setup_logging(exp_dir, str(manager.config.get("log_level", "info")))
     for change in loosened:
         logging.getLogger("nnix.manager").warning("permissions tightened (owner only): %s", change)
@@ -262,6 +289,9 @@ def _await_daemon(proc: Any, exp_id: str, log_dir: Path, host: str, timeout: flo
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            holder = read_lock_holder(Path(entry.dir))
+            if holder is not None and holder.pid != proc.pid:  # it lost the experiment to another manager
+                raise busy_error(exp_id, holder)
             reason = read_manager_error(Path(entry.dir))
             if reason is not None and reason.get("pid") == proc.pid:
                 raise NnixError(f"the experiment manager exited at start: {reason['message']}",
