@@ -8,6 +8,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import urllib.request
@@ -160,7 +161,11 @@ def test_a_full_disk_stops_the_manager_with_its_reason_and_resume_loses_nothing(
 
         status = nnix("experiment", "status", exp_id)
         assert status.returncode == 0, status.stderr
-        assert "STOPPED" in status.stdout and "is full" in status.stdout and f"nnix resume {exp_id}" in status.stdout
+        shown = json.loads(status.stdout)  # NNI's JSON alone on stdout
+        assert shown["status"] == "STOPPED" and "is full" in shown["message"], shown
+        # the human lines agree with it: the trials were left running, a resume re-attaches them
+        assert re.search(r"^STOPPED +trials 2/2: 0 succeeded, 2 left running", status.stderr, re.M), status.stderr
+        assert f"nnix resume {exp_id}" in status.stderr
         ls = nnix("trial", "ls", exp_id)
         assert ls.returncode == 0 and "is full" in ls.stdout + ls.stderr
         assert "Traceback" not in status.stderr + ls.stderr + up.stderr

@@ -194,6 +194,40 @@ def test_json_on_listing_and_status_verbs(tmp_path: Path) -> None:
         a for a in algos if a["name"] == "tpe").items()
 
 
+def test_experiment_status_prints_only_nnis_json_on_stdout(tmp_path: Path) -> None:
+    exp_id = _recorded(tmp_path, [0.5, None, 0.25], "minimize")
+    r = nnix("experiment", "status", exp_id)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"status": "DONE", "errors": [], "message": "maxTrialNumber reached"}
+    assert re.search(r"^DONE +trials 3: 2 succeeded, 0 running, 0 waiting, 1 failed", r.stderr, re.M), r.stderr
+
+
+def test_experiment_status_of_an_experiment_left_without_its_manager_is_consistent(tmp_path: Path) -> None:
+    """Recorded RUNNING with two trials running and one waiting, and no manager (one that halted, e.g. on a full
+    disk): the status word and the trials agree -- STOPPED, its trials left as they were, and what to do."""
+    exp_id, exp_dir = make_experiment(tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
+                                      trialCommand="true")
+    events: list[Any] = [StatusChanged(ExperimentStatus.RUNNING)]
+    for i in range(3):
+        events.append(TrialCreated(f"tr{i}", i, i, {"x": 0.1}))
+        if i < 2:
+            events.append(TrialStarted(f"tr{i}", "local-env", str(exp_dir / "trials" / f"tr{i}")))
+    store = SqliteStore(exp_dir / STORE_NAME)
+    try:
+        store.append(events)
+    finally:
+        store.close()
+    r = nnix("experiment", "status", exp_id)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["status"] == "STOPPED"
+    line = next(line for line in r.stderr.splitlines() if "trials 3" in line)
+    assert line.startswith("STOPPED ") and "2 left running, 1 left waiting" in line, r.stderr
+    assert "RUNNING" not in r.stderr and not re.search(r"\b2 running", r.stderr), r.stderr
+    assert f"nnix resume {exp_id}" in r.stderr
+    as_json = json.loads(nnix("experiment", "status", exp_id, "--json").stdout)
+    assert as_json["status"] == "STOPPED" and as_json["manager"]["alive"] is False
+
+
 def test_trial_ls_head_and_tail_are_by_best(tmp_path: Path) -> None:
     finals = [0.5, 0.1, None, 0.9, 0.3]
     (tmp_path / "min").mkdir()

@@ -233,8 +233,9 @@ def test_missing_gpu_in_background_is_listed_and_stoppable(tmp_path: Path) -> No
         row = next(line for line in listed.stdout.splitlines() if line.startswith(exp_id))
         assert "ERROR" in row and f"http://127.0.0.1:{st.manager_port}/" in row and "No GPU found" in row
         status = nnix("experiment", "status", exp_id)
-        assert "reason: No GPU found, but trialGpuNumber is 1" in status.stdout
-        assert f"manager: pid {st.manager_pid}, port {st.manager_port}" in status.stdout
+        assert json.loads(status.stdout)["status"] == "ERROR"  # NNI's JSON alone on stdout; the rest on stderr
+        assert "reason: No GPU found, but trialGpuNumber is 1" in status.stderr
+        assert f"manager: pid {st.manager_pid}, port {st.manager_port}" in status.stderr
     finally:
         stopped = nnix("stop", "--all")
     assert f"experiment {exp_id} (ERROR): its manager on port {st.manager_port} stopped" in stopped.stdout

@@ -339,9 +339,10 @@ def experiment_status(
 
     eid, st = state_of(experiment_id)
     status = shown_status(st)
+    alive = manager_alive(st)
+    now = time.time() if alive and st.counting else None  # (a manager gone: up to the last event it recorded)
     if as_json:
         best = st.best_trial()
-        alive = manager_alive(st)
         dump({
             "id": eid, "status": status, "message": st.message, "errors": st.errors,
             "manager": {"alive": alive, "pid": st.manager_pid if alive else None,
@@ -349,15 +350,20 @@ def experiment_status(
             "trials": dict(Counter(t.status.value for t in st.trials.values())),
             "best": None if best is None else {"trialJobId": best.trial_id, "sequenceId": best.sequence_id,
                                                "value": best.final_value, "parameters": best.params},
-            "optimizeMode": st.direction, "elapsed": round(st.elapsed(time.time() if st.counting else None), 1),
+            "optimizeMode": st.direction, "elapsed": round(st.elapsed(now), 1),
         })
         return
+    # stdout: NNI's check-status JSON alone (scripts parse it); what a person reads goes to stderr
     typer.echo(json.dumps({"status": status, "errors": st.errors, "message": st.message}))
-    typer.echo(summary_line(st, time.time()))
+    left = not alive and bool(st.live)  # no manager: its RUNNING/WAITING trials are as it left them
+    typer.echo(summary_line(st, now, status, left), err=True)
+    if left:
+        typer.echo(f"no manager runs experiment {eid}: nothing records the trials it left running or waiting; "
+                   f"`nnix resume {eid}` re-attaches the running ones and starts the waiting ones", err=True)
     if status == "ERROR":
-        typer.echo(f"reason: {st.message}")
-    if manager_alive(st):
-        typer.echo(f"manager: pid {st.manager_pid}, port {st.manager_port} (stop it: nnix stop {eid})")
+        typer.echo(f"reason: {st.message}", err=True)
+    if alive:
+        typer.echo(f"manager: pid {st.manager_pid}, port {st.manager_port} (stop it: nnix stop {eid})", err=True)
 
 
 @experiment_app.command("delete")

@@ -56,18 +56,25 @@ def _elapsed(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def summary_line(state: ExperimentState, now: float) -> str:
-    """The full progress line (logs, `experiment status`, `top`): every count, never shortened."""
-    return progress_line(state, now, None)
+def summary_line(state: ExperimentState, now: float | None, status: str | None = None, left: bool = False) -> str:
+    """The full progress line (logs, `experiment status`, `top`): every count, never shortened. ``status``: the
+    word to show instead of the recorded status (e.g. STOPPED for an experiment whose manager is gone);
+    ``left``: no manager drives the experiment, so its trials recorded RUNNING or WAITING were left as they
+    were ("left running", "left waiting": nothing records them until a resume). ``now`` None: the elapsed
+    time up to the last recorded event."""
+    return progress_line(state, now, None, status, left)
 
 
-def progress_line(state: ExperimentState, now: float, width: int | None) -> str:
+def progress_line(state: ExperimentState, now: float | None, width: int | None, status: str | None = None,
+                  left: bool = False) -> str:
     """One progress line; with a ``width``, the most readable form that fits in ``width - 1`` columns
-    (the last column is left free so that no terminal wraps it), cut with an ellipsis as a last resort."""
+    (the last column is left free so that no terminal wraps it), cut with an ellipsis as a last resort.
+    ``status`` and ``left``: see :func:`summary_line`."""
+    was = "left " if left else ""
     counts = [
         (state.count(TrialStatus.SUCCEEDED), "succeeded", "ok"),
-        (state.count(TrialStatus.RUNNING), "running", "run"),
-        (state.count(TrialStatus.WAITING), "waiting", "wait"),
+        (state.count(TrialStatus.RUNNING), f"{was}running", f"{was}run"),
+        (state.count(TrialStatus.WAITING), f"{was}waiting", f"{was}wait"),
         (state.count(TrialStatus.FAILED), "failed", "fail"),
         (state.count(TrialStatus.EARLY_STOPPED, TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED), "stopped",
          "stop"),
@@ -77,7 +84,7 @@ def progress_line(state: ExperimentState, now: float, width: int | None) -> str:
     max_n = state.limits.get("max_trial_number")
     total = f"{len(state.trials)}/{max_n}" if max_n else str(len(state.trials))
     elapsed = _elapsed(state.elapsed(now))
-    status = state.status.value
+    status = status or state.status.value
     full = (
         f"{status:<13} trials {total}: " + ", ".join(f"{n} {long}" for n, long, _ in counts)
         + f" | best {f'{value} (trial {best.trial_id})' if best and value else '-'} | elapsed {elapsed}"
