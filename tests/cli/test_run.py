@@ -215,7 +215,10 @@ def test_missing_gpu_in_foreground_says_why_at_once_and_exits_3(tmp_path: Path) 
     assert r.stdout.index("No GPU found, but trialGpuNumber is 1") < summary  # said when it happened
     assert "set trialGpuNumber to 0" in r.stdout
     assert f"experiment {exp_id}: ERROR (exit code 3): No GPU found" in r.stdout
-    assert st.count(TrialStatus.WAITING) == 2  # never started: a resume starts them
+    # none ever started: all stay WAITING (as NNI's; a resume starts them), none FAILED or counted as a failure
+    assert st.count(TrialStatus.WAITING) == 3 and st.count(TrialStatus.FAILED) == 0
+    assert "failures:" not in r.stdout and "FAILED" not in r.stdout, r.stdout
+    assert "nnix log trial" not in r.stdout, r.stdout  # no trial has output to show
     assert not pid_alive(st.manager_pid)
 
 

@@ -40,6 +40,7 @@ from nnix.core.state import (
     tuner_records,
 )
 from nnix.errors import (
+    GpuUnavailableError,
     NnixError,
     NoMoreTrialsError,
     ServiceError,
@@ -733,7 +734,8 @@ class ExperimentManager:
                 self._process_inbox()
             try:
                 started = await self.service.submit(self.spec_for(t))
-            except ServiceUnavailableError as e:  # no host can run anything: stop; the waiting trials stay WAITING
+            except (ServiceUnavailableError, GpuUnavailableError) as e:  # no host can run anything, or never the
+                # GPUs asked for (no GPU): stop; the waiting trials stay WAITING, as NNI's (a resume starts them)
                 self._set_status(ExperimentStatus.ERROR, str(e))
                 return
             except ServiceError as e:

@@ -226,7 +226,8 @@ class Progress:
                 self._emit(f"trial {t.trial_id} {t.status.value}: {first}")
                 for line in rest:
                     self._emit(f"  {line.strip()}")
-                self._emit(f"  its output: nnix log trial {self.exp_id} -T {t.trial_id}")
+                if t.output_dir:  # (a trial that never started has no output to show)
+                    self._emit(f"  its output: nnix log trial {self.exp_id} -T {t.trial_id}")
         if state.status is ExperimentStatus.ERROR and state.message and state.message != self._error_shown:
             self._error_shown = state.message
             running = state.count(TrialStatus.RUNNING)
@@ -283,6 +284,13 @@ class Progress:
             print(line, flush=True)
 
 
+def any_started(state: ExperimentState) -> bool:
+    """Whether a trial of the experiment ever started (has output to show)."""
+    if state.count(TrialStatus.SUCCEEDED, TrialStatus.RUNNING, TrialStatus.EARLY_STOPPED):
+        return True  # (only a started trial gets these statuses: no trial is looked at)
+    return any(t.output_dir for t in each_trial(state.trials))
+
+
 def summary_lines(outcome: RunOutcome, exp_dir: Path) -> list[str]:
     st = outcome.state
     eid = st.experiment_id
@@ -302,7 +310,8 @@ def summary_lines(outcome: RunOutcome, exp_dir: Path) -> list[str]:
                    f"  (e.g. trial {first})")
     if len(reasons) > 3:
         out.append(f"{'':<10}... {len(reasons) - 3} more distinct reasons: nnix trial ls {eid}")
-    out.append(f"files:    {exp_dir}  (log/manager.log; a trial's output: nnix log trial {eid} -T TRIAL)")
+    out.append(f"files:    {exp_dir}  (log/manager.log" + (f"; a trial's output: nnix log trial {eid} -T TRIAL)"
+                                                            if any_started(st) else ")"))
     code = outcome.exit_code
     if code in (EXIT_INTERRUPTED, EXIT_STOPPED, EXIT_ERROR) or (
         st.status is not ExperimentStatus.DONE and st.status is not ExperimentStatus.ERROR
