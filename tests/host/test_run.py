@@ -106,3 +106,29 @@ def test_of_concurrent_resumes_one_manager_runs_the_experiment_and_the_others_sa
     with closing(SqliteStore(exp_dir / STORE_NAME)) as store:
         sequences = [e.event.sequence_id for e in store.read() if isinstance(e.event, TrialCreated)]
     assert len(sequences) == len(set(sequences)) == N + 1  # the one more trial, created once
+
+
+def test_a_viewed_experiment_cannot_be_resumed_nor_viewed_twice_until_its_viewer_stops(tmp_path: Path) -> None:
+    """`nnix view ID` holds the experiment: `nnix resume ID` and a second `nnix view ID` are refused with the
+    viewer's pid and port (before, a resume started a second manager beside the read-only one); after
+    `nnix stop ID` the resume runs."""
+    from nnix.home import read_lock_holder
+
+    exp_id, exp_dir = _stopped_experiment(tmp_path)
+    view = subprocess.run([*NNIX, "view", exp_id, "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert view.returncode == 0, view.stderr
+    try:
+        holder = read_lock_holder(exp_dir)
+        assert holder is not None and holder.action == "view" and holder.port
+        for verb in ("resume", "view"):
+            r = subprocess.run([*NNIX, verb, exp_id, "--port", "0"], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+            assert f"experiment {exp_id} already has a manager: another nnix manager is serving it read-only " \
+                   f"(pid {holder.pid}, port {holder.port})" in r.stderr, r.stderr
+    finally:
+        assert subprocess.run([*NNIX, "stop", exp_id], capture_output=True, timeout=120).returncode == 0
+    r = subprocess.run([*NNIX, "resume", exp_id, "--port", "0"], capture_output=True, text=True, timeout=120)
+    try:
+        assert r.returncode == 0, r.stderr
+    finally:
+        subprocess.run([*NNIX, "stop", exp_id], capture_output=True, timeout=120)

@@ -255,9 +255,13 @@ def create(config: Path, port: int, host: str, debug: bool, foreground: bool, ur
 
 
 def ensure_not_running(exp_id: str) -> None:
-    from nnix.home import Registry, manager_alive, read_state, shown_status
+    from nnix.home import Registry, busy_error, manager_alive, read_lock_holder, read_state, shown_status
 
-    state = read_state(Path(Registry().get(exp_id).dir), summary=True)
+    exp_dir = Path(Registry().get(exp_id).dir)
+    holder = read_lock_holder(exp_dir)  # a manager that has just started may not be in the store yet
+    if holder is not None:  # running, or serving it read-only: one manager per experiment
+        raise busy_error(exp_id, holder)
+    state = read_state(exp_dir, summary=True)
     if manager_alive(state) and state.manager_action != "view":
         raise NnixError(
             f"experiment {exp_id} has a live manager ({shown_status(state)}, pid {state.manager_pid}, "
