@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from nnix.agent.runner import TrialSpec
+from nnix.core.events import StatusChanged, TrialCreated, TrialEnded
 from nnix.core.status import ExperimentStatus, TrialStatus
-from nnix.home import Registry, read_state
+from nnix.home import STORE_NAME, Registry, read_state
+from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until
 from nnix.testing.cluster import ProcessClusterService, ProcessLauncher
 from nnix.testing.experiments import make_experiment, run_experiment
@@ -140,6 +142,48 @@ def test_download_failure_reason_in_rest_trial_ls_log_trial_and_manager_log(tmp_
         assert nnix("log", "stdout", exp_id).returncode == 0 and nnix("log", "stderr", exp_id).returncode == 0
     finally:
         assert nnix("stop", exp_id).returncode == 0
+
+
+def _never_started(tmp_path: Path, status: ExperimentStatus, message: str, log_line: str = "") -> str:
+    """An experiment recorded without a manager: trial tr0 never started (WAITING), tr1 was canceled while waiting."""
+    exp_id, exp_dir = make_experiment(tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
+                                      trialCommand="true")
+    store = SqliteStore(exp_dir / STORE_NAME)
+    try:
+        store.append([StatusChanged(ExperimentStatus.RUNNING), TrialCreated("tr0", 0, 0, {"x": 0.5}),
+                      TrialCreated("tr1", 1, 1, {"x": 0.2}), TrialEnded("tr1", TrialStatus.USER_CANCELED, None,
+                                                                         "canceled by the user"),
+                      StatusChanged(status, message)])
+    finally:
+        store.close()
+    if log_line:
+        (exp_dir / "log").mkdir(exist_ok=True)
+        (exp_dir / "log" / "manager.log").write_text(log_line + "\n[2024-01-01 00:00:09] INFO nnix.manager: bye\n")
+    return exp_id
+
+
+@pytest.mark.parametrize("follow", [[], ["--follow"]])
+def test_log_trial_of_a_trial_that_never_started_says_so_and_why(tmp_path: Path, follow: list[str]) -> None:
+    no_gpu = "No GPU found, but trialGpuNumber is 1"
+    exp_id = _never_started(tmp_path, ExperimentStatus.ERROR, no_gpu)
+    r = nnix("log", "trial", exp_id, "-T", "tr0", *follow, timeout=60)
+    assert r.returncode == 1, r.stdout
+    assert f"trial tr0 never started (WAITING): experiment {exp_id} is in ERROR: {no_gpu}" in r.stderr, r.stderr
+    assert f"nnix resume {exp_id}" in r.stderr and "try again later" not in r.stderr
+    canceled = nnix("log", "trial", exp_id, "-T", "tr1", *follow, timeout=60)
+    assert "trial tr1 never started (USER_CANCELED): canceled by the user" in canceled.stderr, canceled.stderr
+    assert "try again later" not in canceled.stderr
+
+
+def test_log_trial_of_a_stopped_experiment_gives_the_last_waiting_reason(tmp_path: Path) -> None:
+    why = "waits for 1 free GPU: GPU 0 runs 1 process not started by nnix"
+    exp_id = _never_started(tmp_path, ExperimentStatus.STOPPED, "",
+                            f"[2024-01-01 00:00:01] INFO nnix.manager: trials wait: {why}")
+    r = nnix("log", "trial", exp_id, "-T", "tr0")
+    assert r.returncode == 1
+    assert f"trial tr0 never started (WAITING): experiment {exp_id} is STOPPED; it was waiting: {why}" in r.stderr, \
+        r.stderr
+    assert "try again later" not in r.stderr
 
 
 SLOW = '''import os, sys, time

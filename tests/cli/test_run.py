@@ -239,6 +239,11 @@ def test_missing_gpu_in_background_is_listed_and_stoppable(tmp_path: Path) -> No
         assert json.loads(status.stdout)["status"] == "ERROR"  # NNI's JSON alone on stdout; the rest on stderr
         assert "reason: No GPU found, but trialGpuNumber is 1" in status.stderr
         assert f"manager: pid {st.manager_pid}, port {st.manager_port}" in status.stderr
+        # its trials never start (its manager serves, but starts no more trials): --follow does not wait for them
+        waiting = next(t.trial_id for t in read_state(exp_dir).trials.values())
+        log = nnix("log", "trial", exp_id, "-T", waiting, "--follow", timeout=60)
+        assert log.returncode == 1 and f"trial {waiting} never started (WAITING)" in log.stderr, log.stderr
+        assert "No GPU found" in log.stderr and "try again later" not in log.stderr
     finally:
         stopped = nnix("stop", "--all")
     assert f"experiment {exp_id} (ERROR): its manager on port {st.manager_port} stopped" in stopped.stdout

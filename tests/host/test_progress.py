@@ -3,6 +3,7 @@ appears, looking only at the trials that can change (not every trial of a long e
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from nnix.core.events import ExperimentCreated, StatusChanged, TrialCreated, TrialEnded, TrialStarted
 from nnix.core.state import ExperimentState
 from nnix.core.status import ExperimentStatus, TrialStatus
-from nnix.host.progress import Progress
+from nnix.host.progress import Progress, RunOutcome, summary_lines
 from nnix.store.base import Stored
 
 
@@ -55,3 +56,20 @@ def test_each_failure_reason_is_said_once_and_a_resumed_experiment_says_only_new
     assert lines == ["trial run FAILED: ValueError: x too large", "trial other SYS_CANCELED: host lost"]
     assert progress._reasons == {"ValueError: x too large": 2, "host lost": 1}
     assert progress._watch == []  # nothing left running: nothing to look at
+
+
+def test_a_trial_output_is_suggested_only_for_trials_that_started(capsys: pytest.CaptureFixture[str]) -> None:
+    feed = _Feed()
+    progress = Progress(SimpleNamespace(state=feed.state, experiment_id="e1"), True)  # type: ignore[arg-type]
+    progress.start()
+    feed.add(TrialCreated("never", 1, 1, {}), TrialEnded("never", TrialStatus.FAILED, None, "cannot submit"))
+    feed.trial("ran", TrialStatus.FAILED, "ValueError: x")
+    progress._scan()
+    out = capsys.readouterr().out
+    assert "trial never FAILED: cannot submit" in out and "nnix log trial e1 -T never" not in out
+    assert "nnix log trial e1 -T ran" in out
+    lines = summary_lines(RunOutcome(feed.state), Path("/x"))
+    assert any("nnix log trial e1 -T TRIAL" in line for line in lines)  # one trial started: its output exists
+    fresh = _Feed()
+    fresh.add(TrialCreated("w", 1, 1, {}), StatusChanged(ExperimentStatus.ERROR, "No GPU found"))
+    assert not any("nnix log trial" in line for line in summary_lines(RunOutcome(fresh.state), Path("/x")))

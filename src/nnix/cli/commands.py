@@ -585,11 +585,56 @@ def log_trial(
         t = watch.trial or t
     folder = trial_files_dir(exp_dir, trial_id, t.output_dir)
     if folder is None:
-        raise NnixError(f"trial {trial_id} has not started: it has no output yet", "try again later, or use --follow")
+        raise _not_started(eid, exp_dir, st, t)
     file = folder / name
     reason = f": {t.message}" if t.message else ""
     typer.secho(f"==> {file} (trial {trial_id} {t.status.value}{reason})", err=True, dim=True)
     print_file(file, 100 if tail is None else tail, follow, watch.active)
+
+
+def _not_started(eid: str, exp_dir: Path, st: Any, t: Any) -> NnixError:
+    """The error for a trial that has no output: one that may still start (its experiment's manager runs and
+    starts trials) says why it waits; one that never will (it ended before starting, or its experiment ended
+    or lost its manager) says that it never started, and why."""
+    import contextlib
+
+    from nnix.client import manager_call
+    from nnix.home import effective_status, manager_alive
+    from nnix.model.status import ExperimentStatus, TrialStatus
+
+    if t.status is TrialStatus.WAITING and effective_status(st).is_active and manager_alive(st):
+        why = ""
+        with contextlib.suppress(NnixError, KeyError, TypeError):
+            why = str(manager_call(eid, "/check-status").get("waitingReason") or "")
+        return NnixError(f"trial {t.trial_id} has not started yet" + (f": {why}" if why else ": it has no output yet"),
+                         "try again later, or use --follow")
+    status = effective_status(st)
+    if t.message:  # it ended before it started (canceled, or its service refused it): its own reason
+        why = t.message
+    elif status is ExperimentStatus.ERROR and st.message:
+        why = f"experiment {eid} is in ERROR: {st.message}"
+    else:
+        waited = _last_waiting_reason(exp_dir)
+        why = f"experiment {eid} is {status.value}" + (f"; it was waiting: {waited}" if waited else "")
+    hint = (f"fix the cause, then `nnix resume {eid}` starts it" if t.status is TrialStatus.WAITING
+            else f"nnix trial ls {eid} lists the trials that ran")
+    return NnixError(f"trial {t.trial_id} never started ({t.status.value}): {why}", hint)
+
+
+def _last_waiting_reason(exp_dir: Path) -> str:
+    """The last reason the manager logged for trials waiting (``trials wait: ...`` in log/manager.log), or ""."""
+    from nnix.cli.logs import tail_lines
+    from nnix.host.logs import MANAGER_LOG
+
+    try:
+        text, _ = tail_lines(exp_dir / "log" / MANAGER_LOG, 5000)
+    except OSError:
+        return ""
+    for line in reversed(text.splitlines()):
+        _, found, reason = line.partition(" trials wait: ")
+        if found:
+            return reason.strip()
+    return ""
 
 
 class _TrialWatch:
@@ -607,6 +652,7 @@ class _TrialWatch:
     def _read(self) -> None:
         from nnix.core.state import fold
         from nnix.home import STORE_NAME, pid_alive
+        from nnix.model.status import TrialStatus
         from nnix.store.sqlite import SqliteStore
 
         store = SqliteStore(self.exp_dir / STORE_NAME, create=False)
@@ -615,9 +661,13 @@ class _TrialWatch:
         finally:
             store.close()
         self.trial = st.trials.get(self.trial_id)
-        # no manager: nobody records its end, but a local trial may still run and write; follow while it lives
-        self._active = (self.trial is not None and self.trial.is_active
-                        and (pid_alive(st.manager_pid) or pid_alive(self.trial.pid)))
+        # no manager: nobody records its end, but a local trial may still run and write; follow while it lives.
+        # A trial still waiting is followed only while its experiment starts trials (not one in ERROR or DONE).
+        t = self.trial
+        self._active = (t is not None and t.is_active
+                        and ((pid_alive(st.manager_pid) and (t.status is not TrialStatus.WAITING
+                                                             or st.status.is_active))
+                             or pid_alive(t.pid)))
         self._checked = time.monotonic()
 
     def active(self) -> bool:
