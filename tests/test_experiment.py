@@ -122,6 +122,27 @@ def test_a_failed_experiment_run_leaves_nothing_behind(tmp_path: Path) -> None:
     assert exp.id is None and Registry().all() == []
 
 
+@pytest.mark.parametrize("how", ["run", "start"])
+def test_a_busy_port_is_said_in_the_launchers_terms_without_a_chained_traceback(tmp_path: Path, how: str) -> None:
+    (tmp_path / "trial.py").write_text(TRIAL)
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({
+        "searchSpace": {"x": {"_type": "choice", "_value": [1]}}, "trialCommand": f"{sys.executable} trial.py",
+        "trialConcurrency": 1, "tuner": {"name": "GridSearch"}, "trainingService": {"platform": "local"},
+    }))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(NnixError) as err:
+            getattr(Experiment(cfg), how)(port=port)
+    e = err.value
+    assert e.message.startswith(f"port {port} is not idle")
+    assert e.hint is not None and "run(port=8081)" in e.hint and "port=0" in e.hint and "--port" not in e.hint
+    assert e.__cause__ is None and e.__suppress_context__  # no "direct cause" OSError above it
+    assert Registry().all() == []
+
+
 def test_run_without_waiting_starts_a_daemon_and_debug_logs_at_debug(tmp_path: Path) -> None:
     cfg = _sleeping_trial_config(tmp_path)
     exp = Experiment(cfg)

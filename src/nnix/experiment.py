@@ -3,15 +3,34 @@ same manager host (:mod:`nnix.host`) and client (:mod:`nnix.client`) as the CLI.
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from nnix.client import stop_experiment
 from nnix.config import ExperimentConfig, LoadedConfig, load_config
+from nnix.errors import NnixError
 from nnix.host.build import create, discard_unstarted
 from nnix.host.interrupts import sigint_held
 from nnix.host.run import run_manager, spawn_daemon
 
 __all__ = ["Experiment"]
+
+T = TypeVar("T")
+
+
+def port_error(error: NnixError, hint: str) -> NnixError | None:
+    """A busy port said with a launcher's own ``hint`` (how to pass another port in its API, not the CLI's
+    ``--port``), or None when ``error`` is not about a busy port. Raise it ``from None``: the OSError behind it
+    is noise to a user."""
+    cause = error.__cause__
+    if not (isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE):
+        return None
+    return NnixError(error.message, hint)
+
+
+PORT_HINT = "pass another port, e.g. run(port=8081) or start(port=8081), or port=0 for any free one"
 
 
 class Experiment:
@@ -39,7 +58,7 @@ class Experiment:
         created = self.id is None
         try:
             exp_id = self._create()
-            outcome = run_manager(exp_id, "create", port=port, live=False)
+            outcome = self._host(lambda: run_manager(exp_id, "create", port=port, live=False))
         except BaseException:  # an error, or Ctrl-C before the manager took over SIGINT
             self._discard(created)
             raise
@@ -52,11 +71,23 @@ class Experiment:
         created = self.id is None
         try:
             exp_id = self._create()
-            self._daemon_pid = spawn_daemon(exp_id, "create", port)  # Ctrl-C while it starts: it is ended
+            self._daemon_pid = self._host(lambda: spawn_daemon(exp_id, "create", port))  # (Ctrl-C while it
+            # starts: it is ended)
         except BaseException:
             self._discard(created)
             raise
         return exp_id
+
+    @staticmethod
+    def _host(start: Callable[[], T]) -> T:
+        """``start()``, with a busy port said in this API's terms."""
+        try:
+            return start()
+        except NnixError as e:
+            said = port_error(e, PORT_HINT)
+            if said is None:
+                raise
+            raise said from None
 
     def _create(self) -> str:
         """Record the experiment unless it has an id already; its id."""

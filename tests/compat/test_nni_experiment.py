@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from nnix.compat.nni_experiment import (
 from nnix.config import LocalConfig as NativeLocalConfig
 from nnix.config import RemoteConfig as NativeRemoteConfig
 from nnix.core.status import TrialStatus
+from nnix.errors import NnixError
 from nnix.home import Registry, pid_alive, read_state
 from nnix.testing import wait_until
 from nnix.testing.ctrlc import StartGate, ctrl_c_at_the_gate, foreground_job, start_gate
@@ -231,6 +233,22 @@ def test_a_bad_config_leaves_nothing_behind(code_dir: Path, nnix_home: Path) -> 
     config_of(experiment).trial_concurrency = 0
     with pytest.raises(NniConfigError, match="trial_concurrency: input should be greater than 0"):
         experiment.run(port=0)
+    assert Registry().all() == [] and experiment.port is None
+
+
+def test_a_busy_port_is_said_in_the_launchers_terms_without_a_chained_traceback(code_dir: Path) -> None:
+    experiment = quickstart(Experiment("local"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(NnixError) as err:
+            experiment.run(port)
+    e = err.value
+    assert e.message.startswith(f"port {port} is not idle: it is held by process {os.getpid()}")
+    assert e.hint is not None and "--port" not in e.hint
+    assert "experiment.run(port=8081)" in e.hint and "port=0" in e.hint, e.hint
+    assert e.__cause__ is None and e.__suppress_context__  # no "direct cause" OSError above it
     assert Registry().all() == [] and experiment.port is None
 
 

@@ -33,6 +33,7 @@ from nnix.config import ExperimentConfig as NativeConfig
 from nnix.config import restore_secrets
 from nnix.core.manager_error import manager_error_text, read_manager_error
 from nnix.errors import FieldIssue, ManagerUnreachableError, NnixError
+from nnix.experiment import port_error
 from nnix.home import STORE_NAME, Registry, manager_alive, read_state
 from nnix.host.interrupts import sigint_held
 from nnix.model.status import ExperimentStatus
@@ -512,7 +513,13 @@ class Experiment:
         from nnix.host.run import spawn_daemon
 
         assert self.id is not None
-        pid = spawn_daemon(self.id, action, port)
+        try:
+            pid = spawn_daemon(self.id, action, port)
+        except NnixError as e:
+            said = port_error(e, _port_hint(action, self.id))
+            if said is None:
+                raise
+            raise said from None  # (the OSError behind it is noise, and its hint was the CLI's --port)
         exp_dir = Path(Registry().get(self.id).dir)
         state = read_state(exp_dir, summary=True)
         self._pid = pid
@@ -581,6 +588,15 @@ class Experiment:
                 watcher.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 watcher.wait(5)
+
+
+def _port_hint(action: str, exp_id: str) -> str:
+    """How to pass another port to the call that started ``action`` (this API's terms, not the CLI's)."""
+    if action == "create":
+        call = "experiment.run(port=8081) or experiment.start(port=8081)"
+    else:
+        call = f"Experiment.{action}('{exp_id}', port=8081)"
+    return f"pass another port, e.g. {call}, or port=0 for any free one (experiment.port then says which)"
 
 
 def _start_watcher(exp_id: str, manager_pid: int) -> subprocess.Popen[bytes]:
