@@ -237,3 +237,33 @@ def test_the_placement_hook_decides_which_environment_takes_a_trial(tmp_path: Pa
     assert sorted(t for t, _ in launcher.admitted) == sorted(st.trials)
     assert sorted(launcher.released) == sorted(st.trials)  # once each
     assert launcher.gpu_holder == {}
+
+
+def test_environments_of_the_earlier_manager_that_ended_meanwhile_are_no_failed_starts(
+        tmp_path: Path, caplog: Any) -> None:
+    """Non-reuse: the earlier manager's environments whose agent reported its trial and exited while no manager ran
+    are in cluster.json, and their engine says they ended (COMPLETED): the resumed manager drops them, without an
+    error and without counting them as failed starts (each was logged as an ERROR, with a backoff)."""
+    import json
+    import subprocess
+    import sys
+
+    launcher = ProcessLauncher()
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=2, reuse=False)
+    envs = {}
+    for i in range(3):
+        done = subprocess.Popen([sys.executable, "-c", "pass"])
+        done.wait()  # an environment that ended by itself (exit status 0)
+        launcher.procs[f"proc-{done.pid}"] = done
+        envs[f"e{i + 1}-old"] = {"token": f"token-{i}", "handle": f"proc-{done.pid}", "single": True}
+    (exp_dir / "cluster.json").write_text(json.dumps({"port": 0, "url": "", "envs": envs}))
+    caplog.set_level("INFO", logger="nnix.services.cluster")
+    st = _run(exp_dir, launcher, action="resume")
+    assert st.status is ExperimentStatus.DONE, st.message
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == []
+    dropped = [r.getMessage() for r in caplog.records if "of the earlier manager ended while no manager ran" in
+               r.getMessage()]
+    assert len(dropped) == 3
+    assert set(json.loads((exp_dir / "cluster.json").read_text())["envs"]).isdisjoint(envs)  # forgotten

@@ -334,8 +334,8 @@ class ClusterService(Configured, Machines):
 
     def _slots(self, env: _Env) -> int:
         """How many more trials ``env`` can take (its capacity, less what it runs)."""
-        if env.stopping or env.state == "ended" or (env.single and env.used):
-            return 0
+        if env.stopping or env.state == "ended" or (env.single and (env.used or env.adopted)):
+            return 0  # (a non-reuse agent of the earlier manager ran its one trial: it takes no other)
         return max(0, self._capacity - len(env.trials))
 
     def _free(self, env: _Env) -> bool:
@@ -408,6 +408,11 @@ class ClusterService(Configured, Machines):
                 env.reason = st.reason
             elif st.state == "ended":
                 if env.state in ("launching", "pending") and not env.endpoint.hello and not env.stopping:
+                    if env.adopted:  # it ended while no manager ran (its trial reported): not a failed start
+                        log.info("%s environment %s (%s) of the earlier manager ended while no manager ran: %s",
+                                 self.platform, env.env_id, env.handle, st.reason or "ended")
+                        self._end_env(env, st.reason or "ended")
+                        continue
                     self._failure(env, st.reason or "ended")
                     continue
                 if not env.trials or env.stopping:
