@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -111,3 +111,42 @@ def test_an_agent_launched_polled_probed_and_stopped_over_real_ssh(ssh_lab: SshL
             await server.close()
 
     asyncio.run(scenario())
+
+
+class _CutConnection:
+    """An SSH connection whose link is cut while a command runs: the channel closes without the command's exit
+    status, and with no output (what asyncssh returns for a connection lost under a command)."""
+
+    def __init__(self, answer: tuple[int | None, str, str]) -> None:
+        self.answer = answer
+        self.closed = False
+
+    async def run(self, command: str, check: bool = False) -> Any:
+        import asyncssh
+
+        status, out, err = self.answer
+        self.closed = status is None
+        return asyncssh.SSHCompletedProcess({}, command, None, status, None, status, out, err)
+
+    def is_closed(self) -> bool:
+        return self.closed
+
+
+@pytest.mark.parametrize(("answer", "permanent", "words"), [
+    ((None, "", ""), False, "was lost while a command ran"),  # the link cut during the Python check
+    ((127, "", "no python3 or python on PATH (/usr/bin)"), True, "no usable Python"),
+    ((0, '{"exe": "/usr/bin/python3", "version": [3, 8, 10], "home": "/h"}\n', ""), True, "has Python 3.8.10"),
+], ids=["link-cut", "no-python", "old-python"])
+def test_only_a_definite_answer_about_python_is_permanent(tmp_path: Path, answer: tuple[int | None, str, str],
+                                                          permanent: bool, words: str) -> None:
+    """A network cut during host setup is transient (the machine is tried again once the link is back); a Python
+    that is missing or too old is permanent."""
+    h = _host()
+    conn: Any = _CutConnection(answer)
+    h.conn = conn
+    launcher = _launcher([h], tmp_path)
+    launcher._archive = cast(Any, object())  # staged by prepare(): not needed before the Python check
+    with pytest.raises(HostError) as err:
+        asyncio.run(launcher.setup(h, 1234))
+    assert words in err.value.message
+    assert err.value.permanent is permanent

@@ -380,9 +380,15 @@ class SshLauncher:
         if m.conn is None:
             raise HostError(f"no SSH connection to {m.label}")
         try:
-            return await asyncio.wait_for(m.conn.run(command, check=False), timeout)
+            result = await asyncio.wait_for(m.conn.run(command, check=False), timeout)
         except (OSError, TimeoutError, asyncssh.Error) as e:
             raise HostError(f"command on {m.label} failed: {getattr(e, 'reason', '') or e or type(e).__name__}") from e
+        if result.exit_status is None and result.exit_signal is None:
+            # the channel closed without the command's end: the connection went away under it (a network cut), which
+            # says nothing about the machine; its output, if any, is cut short (transient: the machine is tried again)
+            raise HostError(f"the SSH connection to {m.label} was lost while a command ran there",
+                            "check the network to the machine; nnix reconnects by itself")
+        return result
 
 
     def path_prefix(self, m: SshHost) -> str:
@@ -400,8 +406,12 @@ class SshLauncher:
             info = json.loads(_text(r.stdout).strip().splitlines()[-1])
             version = tuple(int(x) for x in info["version"])
         except (ValueError, IndexError, KeyError, TypeError):
-            raise HostError(f"no usable Python on {m.label}: {_text(r.stderr).strip() or _text(r.stdout)}",
-                            "install Python >= 3.10 there or set pythonPath for this machine", permanent=True) from None
+            detail = _text(r.stderr).strip() or _text(r.stdout).strip()
+            # permanent only for a definite answer: no Python found (127), or one that ran and said something else
+            definite = bool(detail) and r.exit_status in (0, 127)
+            raise HostError(f"no usable Python on {m.label}: {detail or f'exit status {r.exit_status}'}",
+                            "install Python >= 3.10 there or set pythonPath for this machine",
+                            permanent=definite) from None
         if version < MIN_PYTHON:
             raise HostError(
                 f"{m.label} has Python {'.'.join(map(str, version))} ({info['exe']}); nnix needs Python >= "
@@ -425,6 +435,9 @@ class SshLauncher:
         try:
             m.listener = await m.conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", port)
         except (OSError, asyncssh.Error) as e:
+            if not self.connected(m):  # the connection went away, the forward was not refused
+                raise HostError(f"the SSH connection to {m.label} was lost while opening the reverse port forward: "
+                                f"{e}") from e
             raise HostError(f"{m.label} refused the reverse port forward: {e}",
                             "allow TCP forwarding in the worker's sshd (AllowTcpForwarding yes)",
                             permanent=True) from e
