@@ -1,10 +1,102 @@
-"""nnix.client: what `nnix stop` reads without importing the Ray head's module is that module's record."""
+"""nnix.client: what `nnix stop` reads without importing the Ray head's module is that module's record; an import
+file and its records checked before anything is sent (its size, its JSON, the records' schema), a 413 said
+plainly."""
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from nnix import client
+from nnix.errors import ManagerUnreachableError, NnixError
+from nnix.home import read_state
+from nnix.limits import MAX_REQUEST_BYTES
 from nnix.services import rayhead
+from nnix.testing.experiments import make_experiment
+from nnix.testing.spaces import UNIT
 
 
 def test_the_ray_head_record_checked_before_importing_rayhead_is_rayheads() -> None:
     assert client.RAY_HEAD_RECORD == rayhead.RECORD
+
+
+# --- experiment import: the file, its size, the request ------------------------------------------------------------
+
+
+def test_an_import_file_too_large_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:  # 48 MB, sparse: nothing is written but its size
+        f.truncate(48 * 1024 * 1024)
+    with pytest.raises(NnixError) as e:
+        client.read_import_file(big)
+    assert "48.0 MiB" in e.value.message and "too large to import" in e.value.message, e.value.message
+    assert e.value.hint and "split" in e.value.hint
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("[" * 100_000 + "]" * 100_000, "nested deeper"),
+    ('[{"parameter": {"x": 1, "x": 2}, "value": 1}]', "duplicate key"),
+    ("{not json", "not JSON"),
+    ("\udcff", "UTF-8"),
+])
+def test_an_unreadable_import_file_is_a_clear_error(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "data.json"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    with pytest.raises(NnixError) as e:
+        client.read_import_file(path)
+    assert expected in e.value.message and str(path) in e.value.message, e.value.message
+    with pytest.raises(NnixError, match="cannot read"):
+        client.read_import_file(tmp_path / "missing.json")
+
+
+def test_records_over_the_request_limit_are_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    _, d = make_experiment(tmp_path, searchSpace=UNIT, trialCommand="true")
+    eid = read_state(d).experiment_id
+    n = MAX_REQUEST_BYTES // 40 + 1  # each record is more than 40 bytes as JSON
+    with pytest.raises(NnixError) as e:
+        client.import_records(eid, [{"parameter": {"x": 0.123456}, "value": 0.5}] * n)
+    assert "one import is at most 8.0 MiB" in e.value.message and e.value.hint and "split" in e.value.hint
+    with pytest.raises(NnixError, match=r"import record \[0\]: 'value'"):  # checked as the manager checks it
+        client.import_records(eid, [{"parameter": {"x": 0.5}, "value": 10**400}])
+    assert read_state(d).imported == []
+    assert client.import_records(eid, [{"parameter": {"x": 0.5}, "value": 0.25}]) == 1  # no manager: into the store
+    assert read_state(d).imported == [{"parameter": {"x": 0.5}, "value": 0.25}]
+
+
+def test_a_request_over_the_limit_is_never_sent_and_a_413_is_said_plainly() -> None:
+    hits: list[int] = []
+
+    class TooLarge(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hits.append(int(self.headers.get("content-length") or 0))
+            body = json.dumps({"error": "the body must be at most 8388608 bytes"}).encode()
+            self.send_response(413)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), TooLarge)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        with pytest.raises(NnixError) as e:
+            client.rest_call(port, "/experiment/import-data", "POST", ["x" * MAX_REQUEST_BYTES])
+        assert not isinstance(e.value, ManagerUnreachableError) and "more than the manager takes" in e.value.message
+        assert hits == []  # refused here: nothing sent
+        with pytest.raises(NnixError) as e:
+            client.rest_call(port, "/experiment/import-data", "POST", [1])
+        assert hits == [3] and not isinstance(e.value, ManagerUnreachableError)
+        assert "too large (at most 8.0 MiB)" in e.value.message, e.value.message
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -14,8 +14,9 @@ from typing import Any
 from nnix.core.manager_error import manager_error_text, read_manager_error
 from nnix.errors import ManagerUnreachableError, NnixError
 from nnix.home import STORE_NAME, Registry, manager_alive, pid_alive, read_state, shown_status
+from nnix.limits import MAX_FILE_BYTES, MAX_REQUEST_BYTES
 from nnix.model.events import StatusChanged
-from nnix.model.imported import validate_import
+from nnix.model.imported import EXAMPLE, validate_import
 from nnix.model.status import ExperimentStatus
 from nnix.store.sqlite import SqliteStore
 
@@ -28,6 +29,9 @@ def rest_call(
     import urllib.request
 
     data = None if body is None else json.dumps(body).encode()
+    if data is not None and len(data) > MAX_REQUEST_BYTES:  # the manager would refuse it (413) before reading it all
+        raise NnixError(f"{method} {path}: the request is {_size(len(data))}, more than the manager takes "
+                        f"({_size(MAX_REQUEST_BYTES)})", "send less at a time")
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -36,6 +40,9 @@ def rest_call(
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
     except urllib.error.HTTPError as e:
+        if e.code == 413:
+            raise NnixError(f"the manager refused {method} {path}: the request is too large (at most "
+                            f"{_size(MAX_REQUEST_BYTES)})", "send less at a time") from e
         detail = e.read().decode(errors="replace")
         try:
             detail = json.loads(detail).get("error", detail)
@@ -131,13 +138,48 @@ def running_port(exp_id: str) -> int:
     return state.manager_port
 
 
+def _size(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB" if n >= 1024 * 1024 else f"{n:,} bytes"
+
+
+IMPORT_HINT = f"a JSON list of records, e.g. {EXAMPLE}"
+SPLIT_HINT = "split the records into several files and import each"
+
+
+def read_import_file(path: Path) -> Any:
+    """The JSON of an import file (``nnix experiment import -f``), or a clear NnixError: a file too large to be
+    imported is refused before it is read; bad JSON, nesting too deep and duplicate keys are named."""
+    from nnix.documents import DocumentError, load_json, read_text
+
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise NnixError(f"cannot read {path}: {e.strerror or e}", IMPORT_HINT) from None
+    if size > MAX_FILE_BYTES:
+        raise NnixError(f"{path} is {_size(size)}: too large to import (one import is at most "
+                        f"{_size(MAX_REQUEST_BYTES)} of records as JSON)", SPLIT_HINT)
+    try:
+        return load_json(read_text(path, "import file"))
+    except DocumentError as e:
+        raise NnixError(f"cannot read {path}: {e}", e.hint or IMPORT_HINT) from None
+    except ValueError as e:  # not JSON at all
+        raise NnixError(f"cannot read {path}: it is not JSON ({e})", IMPORT_HINT) from None
+
+
 def import_records(exp_id: str, data: Any) -> int:
-    """Feed prior results to an experiment: through its manager if it runs, else into its store."""
+    """Feed prior results to an experiment: through its manager if it runs, else into its store. Checked first
+    as the manager checks them (one schema: see :mod:`nnix.model.imported`), with the experiment's nanPolicy;
+    at most :data:`~nnix.limits.MAX_REQUEST_BYTES` of JSON (what the manager reads in one request)."""
+    from nnix.agent.channel import metric_problem
     from nnix.model.events import DataImported
 
-    records = validate_import(data)
     entry = Registry().get(exp_id)
     state = read_state(Path(entry.dir), summary=True)
+    records = validate_import(data, metric_problem, allow_nan=state.config.get("nan_policy") == "allow")
+    size = len(json.dumps(records).encode())
+    if size > MAX_REQUEST_BYTES:
+        raise NnixError(f"the {len(records):,} records are {_size(size)} as JSON: one import is at most "
+                        f"{_size(MAX_REQUEST_BYTES)}", SPLIT_HINT)
     if pid_alive(state.manager_pid) and state.manager_port and state.manager_action != "view":
         manager_call(entry.id, "/experiment/import-data", "POST", records)
     else:

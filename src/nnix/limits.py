@@ -33,6 +33,12 @@ MAX_CHOICE_NESTING = 16
 MAX_INT_DIGITS = 4000
 """Longest integer literal (Python refuses to convert longer ones from text)."""
 
+# --- the REST API ---------------------------------------------------------------------------------
+
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+"""Largest request body the manager's REST API reads (8 MiB; 413 above it), and so the most the CLI sends in
+one request (an ``experiment import`` included)."""
+
 # --- experiment limits (config file, ``nnix update``, REST) ---------------------------------------
 
 MAX_TRIAL_CONCURRENCY = 10_000

@@ -115,3 +115,46 @@ def test_fuzzed_requests_never_fail_the_server(sleeper: Any, capsys: Any) -> Non
         fivexx = sum(n for c, n in codes.items() if c >= 500)
         sys.stdout.write(f"\n  fuzz: {sum(codes.values())} requests, 5xx: {fivexx}\n")
     assert sum(codes.values()) >= CASES and 200 in codes and 400 in codes and 404 in codes
+
+
+# --- hostile import data (NNI's import-data route): refused whole, naming the record and field -------------------
+
+HOSTILE_IMPORTS: list[tuple[bytes, str]] = [
+    (b'[{"parameter": {"x": 0.5}, "value": 1' + b"0" * 400 + b"}]", "import record [0]: 'value'"),
+    (b'[{"parameter": {"x": 0.5}, "value": 0.5}, {"parameter": {"x": 0.5}, "value": "nan"}]',
+     "import record [1]: 'value'"),
+    (b'[{"parameter": {"x": 0.5}, "value": null}]', "import record [0]: 'value'"),
+    (b'[{"parameter": {"x": 0.5}, "value": [1, 2]}]', "import record [0]: 'value'"),
+    (b'[{"parameter": {"x": 0.5}, "value": true}]', "import record [0]: 'value'"),
+    (b'[{"parameter": {"x": 0.5}, "value": NaN}]', "import record [0]: 'value'"),
+    (b'[{"parameter": {"x": 0.5}, "value": -Infinity}]', "import record [0]: 'value'"),
+    (b'[{"parameter": {"x": 0.5}, "value": {"default": 1' + b"0" * 400 + b"}}]", "import record [0]: 'value'"),
+    (b'[{"parameter": {"x": 1' + b"0" * 400 + b'}, "value": 0.5}]', "import record [0]: 'parameter.x'"),
+    (b'[{"parameter": {"x": ' + b"[" * 200 + b"]" * 200 + b'}, "value": 0.5}]', "nested deeper"),
+    (b'[{"parameter": {"x": 0.5}}]', "import record [0]: has no 'value'"),
+    (b'[{"parameter": "x", "value": 1}]', "import record [0]: 'parameter' must be a JSON object"),
+    (b'[7]', "import record [0]: must be an object"),
+    (b'{"parameter": {"x": 0.5}, "value": 0.5}', "must be a JSON list"),
+    (b"[" * 100_000 + b"]" * 100_000, "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize("body,expected", HOSTILE_IMPORTS)
+def test_hostile_import_data_is_refused_and_nothing_is_recorded(finished: Path, h: Any, body: bytes,
+                                                                expected: str) -> None:
+    manager, app = h.viewer(finished, read_only=False)
+    before = manager.state.last_seq
+
+    async def go() -> httpx.Response:
+        async with h.client(app) as c:
+            r: httpx.Response = await c.post("/api/v1/nni/experiment/import-data", content=body,
+                                             headers={"Content-Type": "application/json"})
+            return r
+
+    try:
+        r = h.run(go())
+        assert r.status_code == 400 and expected in r.json()["error"], r.text[:500]
+        assert len(r.text) < 1000
+        assert manager.state.last_seq == before and manager.state.imported == []
+    finally:
+        manager.store.close()

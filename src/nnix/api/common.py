@@ -12,12 +12,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from nnix.limits import MAX_REQUEST_BYTES
+
 if TYPE_CHECKING:
     from nnix.api.sse import EventHub
     from nnix.api.views import TrialViews
     from nnix.core.manager import ExperimentManager
 
-MAX_BODY = 8 * 1024 * 1024  # bytes: nothing legitimate sent to the API is bigger
+MAX_BODY = MAX_REQUEST_BYTES  # bytes: nothing legitimate sent to the API is bigger (the CLI sends no more)
 READ_ONLY = "readonly mode: the experiment is only viewed"
 
 Handler = Callable[[Request], Awaitable[Response]]

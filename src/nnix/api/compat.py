@@ -27,7 +27,7 @@ from nnix.api.views import TrialView
 from nnix.config import ExperimentConfig
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import Metric, TrialState, each_trial
-from nnix.errors import NnixError
+from nnix.errors import NnixError, StoreError
 from nnix.home import trial_files_dir
 from nnix.model.status import MetricType, TrialStatus
 from nnix.version import __version__
@@ -436,14 +436,13 @@ def routes(ctx: ApiContext) -> list[Route]:
     @route.post("/experiment/import-data")
     async def import_data(request: Request) -> Response:
         ctx.require_writable()
-        from nnix.model.imported import validate_import
-
         body = await read_json(request)
         try:
-            records = validate_import(body)
+            m.import_data(body)  # (checked there: one schema, whoever imports)
+        except StoreError:
+            raise
         except NnixError as e:
             raise ApiError(400, e.message + (f" ({e.hint})" if e.hint else "")) from e
-        m.import_data(records)
         return Response(status_code=200)
 
     @route.get("/experiment/imported-data")

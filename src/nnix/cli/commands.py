@@ -468,14 +468,10 @@ def experiment_import(
     filename: Annotated[Path, typer.Option("--filename", "-f", help="JSON list of {parameter, value}.")] = ...,  # type: ignore[assignment]
 ) -> None:
     """Feed prior results to the experiment's tuner."""
-    from nnix.client import import_records
+    from nnix.client import import_records, read_import_file
 
     eid = resolve_id(experiment_id)
-    try:
-        data = json.loads(filename.read_text())
-    except (OSError, ValueError) as e:
-        raise NnixError(f"cannot read {filename}: {e}", "a JSON list of {\"parameter\": {...}, \"value\": ...}") from e
-    n = import_records(eid, data)
+    n = import_records(eid, read_import_file(filename))
     typer.echo(f"imported {n} records into {eid}")
 
 

@@ -63,6 +63,7 @@ from nnix.model.events import (
     TrialStarted,
     TrialWarning,
 )
+from nnix.model.imported import record_problem, validate_import
 from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TrainingService
@@ -149,6 +150,10 @@ class ExperimentManager:
         self._trial_records: dict[str, TrialRecord | None] | None = None
         self._stale_records: dict[str, None] = {}
         self._imported_records: list[TrialRecord] | None = None
+        # the imported results a tuner can use, read from state.imported[:_imports_read] (a record that cannot be
+        # used, stored before imports were checked, is left out with a warning: see _usable_imports)
+        self._imports: list[TrialRecord] = []
+        self._imports_read = 0
         self._history_list: list[TrialRecord] = []
         self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
         self._lineage = object()
@@ -302,10 +307,20 @@ class ExperimentManager:
         self._wake.set()
         return seq
 
-    def import_data(self, records: list[dict[str, Any]]) -> None:
-        """Prior results for the tuner (``experiment import``); they enter its history."""
-        self.record(DataImported(records))
+    def import_data(self, records: Any) -> int:
+        """Prior results for the tuner (``experiment import``); they enter its history. Untrusted: checked whole
+        first (:func:`nnix.model.imported.validate_import`, a value by the trial channel's schema of a final
+        result, with this experiment's nanPolicy); an NnixError naming the first bad record, and nothing recorded,
+        otherwise. Returns how many records were imported."""
+        checked = validate_import(records, metric_problem, allow_nan=self.allow_nan)
+        self.record(DataImported(checked))
         self._wake.set()
+        return len(checked)
+
+    @property
+    def allow_nan(self) -> bool:
+        """``nanPolicy: allow``: NaN and infinite results are recorded (as no value for the tuner)."""
+        return self.config.get("nan_policy") == "allow"
 
     def request_stop(self) -> None:
         if not self._stop_requested:
@@ -384,7 +399,7 @@ class ExperimentManager:
         first = len(out)
         seen = last = t.last_index
         recorded: set[int] | None = None
-        allow_nan = self.config.get("nan_policy") == "allow"
+        allow_nan = self.allow_nan
         bad: list[tuple[int, str]] = []
         bad_count, bad_last = 0, -1
         if ev.rejected_count > 0 and ev.rejected_last > seen:  # not reported before (re-read after a resume)
@@ -520,10 +535,7 @@ class ExperimentManager:
         in the order the trials were created. The manager's own list: callers copy it, never change it."""
         rebuild = self._imported_records is None
         if rebuild:
-            self._imported_records = [
-                TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED, _scalar(rec.get("value")))
-                for i, rec in enumerate(self.state.imported)
-            ]
+            self._imported_records = self._usable_imports()
         if self._trial_records is None:  # every trial, at once (see _read_records)
             self._trial_records = dict(tuner_records(self.state))
             self._stale_records.clear()
@@ -570,6 +582,30 @@ class ExperimentManager:
             self._lineage, self._replaced = object(), ReplacedLog()
             self._views = []
         return self._history_list
+
+    def _usable_imports(self) -> list[TrialRecord]:
+        """The imported results, as tuner records (parameter id -1 for the first import record, -2 ...), read on
+        from where the last call stopped. A record that cannot be used (it breaks the import schema: stored by an
+        nnix that did not check imports) is left out, and said once in the manager log: one bad record must not
+        stop the tuner, at this start or any later one."""
+        imported, start = self.state.imported, self._imports_read
+        skipped: list[str] = []
+        allow_nan = self.allow_nan
+        for i in range(start, len(imported)):
+            rec = imported[i]
+            problem = record_problem(rec, metric_problem, allow_nan=allow_nan)
+            if problem is None:
+                self._imports.append(TrialRecord(-(i + 1), rec["parameter"], TrialStatus.SUCCEEDED,
+                                                 _scalar(rec["value"])))
+            else:
+                skipped.append(f"record [{i}]: {problem}")
+        self._imports_read = len(imported)
+        if skipped:
+            n = len(skipped)
+            log.warning("%s left out of the tuner's history (%s%s)",
+                        "1 imported record is" if n == 1 else f"{n} imported records are", "; ".join(skipped[:3]),
+                        "; ..." if n > 3 else "")
+        return self._imports
 
     def _history_view(self) -> History:
         """The history as handed to the tuner: a view of the manager's list (O(1), see __init__)."""
@@ -988,7 +1024,10 @@ def _scalar(value: Any) -> float | None:
         value = value.get("default")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # (an integer beyond a float's range: no usable value)
+        return None
     return v if math.isfinite(v) else None
 
 
