@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -93,7 +94,7 @@ def test_best_follows_the_tuners_default_direction(tmp_path: Path) -> None:
     assert read_state(d).direction == "maximize"
 
 
-def test_experiment_run_says_when_no_trial_succeeded(tmp_path: Path) -> None:
+def test_experiment_run_says_when_no_trial_succeeded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "trial.py").write_text("import nni\nnni.get_next_parameter()\nraise SystemExit(3)\n")
     cfg = tmp_path / "config.yml"
     cfg.write_text(json.dumps({
@@ -104,6 +105,11 @@ def test_experiment_run_says_when_no_trial_succeeded(tmp_path: Path) -> None:
     assert exp.run(port=0) is False  # DONE, but every trial failed
     assert exp.exit_code == 4  # as `nnix create --foreground`
     assert read_state(Path(Registry().get(exp.id or "").dir)).status is ExperimentStatus.DONE
+    # and it says so, with the reasons, as the CLI's summary does (logging, INFO, on stdout unless configured)
+    out = capsys.readouterr().out
+    assert f"INFO (nnix.experiment) Failed trials of experiment {exp.id}" in out, out
+    assert re.search(r"INFO \(nnix\.experiment\)   2x .*exit code 3.*\(e\.g\. trial \w+\)", out), out
+    assert f"INFO (nnix.experiment) Experiment {exp.id} is DONE, but no trial succeeded" in out
 
 
 def test_a_failed_experiment_run_leaves_nothing_behind(tmp_path: Path) -> None:

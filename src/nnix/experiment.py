@@ -4,16 +4,21 @@ same manager host (:mod:`nnix.host`) and client (:mod:`nnix.client`) as the CLI.
 from __future__ import annotations
 
 import errno
+import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from nnix.client import stop_experiment
 from nnix.config import ExperimentConfig, LoadedConfig, load_config
+from nnix.core.state import ExperimentState
 from nnix.errors import NnixError
 from nnix.host.build import create, discard_unstarted
 from nnix.host.interrupts import sigint_held
+from nnix.host.progress import failure_report
 from nnix.host.run import run_manager, spawn_daemon
+from nnix.model.status import TrialStatus
 
 __all__ = ["Experiment"]
 
@@ -31,6 +36,44 @@ def port_error(error: NnixError, hint: str) -> NnixError | None:
 
 
 PORT_HINT = "pass another port, e.g. run(port=8081) or start(port=8081), or port=0 for any free one"
+
+
+class _StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to the ``sys.stdout`` of the moment (a notebook cell's, a test's capture), never failing."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stdout
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass  # e.g. stdout closed at interpreter exit: the message is not worth a traceback
+
+
+def launcher_logger(name: str) -> logging.Logger:
+    """A Python launcher's logger: its INFO lines on stdout, as NNI's launcher prints its own, unless the logger
+    was configured already (it has a handler)."""
+    logger = logging.getLogger(name)
+    if not logger.handlers:
+        handler = _StdoutHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s (%(name)s) %(message)s",
+                                               "%Y-%m-%d %H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+def log_failures(logger: logging.Logger, state: ExperimentState) -> None:
+    """At INFO, as the CLI prints them at the end of a run: the distinct reasons of the failed trials, and that
+    no trial succeeded."""
+    eid = state.experiment_id
+    lines = failure_report(state)
+    if lines:
+        logger.info("Failed trials of experiment %s (each trial's reason: nnix trial ls %s):", eid, eid)
+        for line in lines:
+            logger.info("  %s", line)
+    if state.trials and not state.count(TrialStatus.SUCCEEDED):
+        logger.info("Experiment %s is %s, but no trial succeeded", eid, state.status.value)
 
 
 class Experiment:
@@ -63,6 +106,7 @@ class Experiment:
             self._discard(created)
             raise
         self.exit_code = outcome.exit_code
+        log_failures(launcher_logger("nnix.experiment"), outcome.state)
         return self.exit_code == 0
 
     def start(self, port: int = 8080, debug: bool = False) -> str:

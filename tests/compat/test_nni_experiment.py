@@ -256,6 +256,20 @@ def test_a_busy_port_is_said_in_the_launchers_terms_without_a_chained_traceback(
 # The experiment, from the Python API
 
 
+def test_a_run_whose_every_trial_fails_logs_the_reasons(code_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (code_dir / "bad.py").write_text("import nni\nnni.get_next_parameter()\nraise RuntimeError('dataset missing')\n")
+    experiment = quickstart(Experiment("local"), trials=2)
+    config_of(experiment).trial_command = f"{sys.executable} bad.py"
+    try:
+        assert experiment.run(port=0) is True  # DONE (NNI's rule: not ERROR)
+        out = capsys.readouterr().out
+    finally:
+        experiment.stop()
+    assert f"INFO (nni.experiment) Failed trials of experiment {experiment.id}" in out, out
+    assert "INFO (nni.experiment)   2x RuntimeError: dataset missing (exit code 1)  (e.g. trial " in out, out
+    assert f"INFO (nni.experiment) Experiment {experiment.id} is DONE, but no trial succeeded" in out
+
+
 def test_run_export_resume_view_and_the_rest_wrappers(code_dir: Path) -> None:
     experiment = quickstart(Experiment("local"))
     assert experiment.id is not None and experiment.port is None and experiment.url is None

@@ -291,6 +291,17 @@ def any_started(state: ExperimentState) -> bool:
     return any(t.output_dir for t in each_trial(state.trials))
 
 
+def failure_report(state: ExperimentState, top: int = 3) -> list[str]:
+    """The ``top`` distinct reasons of failed trials, most frequent first (``2x reason  (e.g. trial ID)``), and
+    how many more there are: the summary's failures, and what the Python launchers log when a run ends."""
+    reasons = failure_reasons(state)
+    out = [f"{n}x {reason.splitlines()[0] if reason else reason}  (e.g. trial {first})"
+           for reason, n, first in reasons[:top]]
+    if len(reasons) > top:
+        out.append(f"... {len(reasons) - top} more distinct reasons: nnix trial ls {state.experiment_id}")
+    return out
+
+
 def summary_lines(outcome: RunOutcome, exp_dir: Path) -> list[str]:
     st = outcome.state
     eid = st.experiment_id
@@ -304,12 +315,8 @@ def summary_lines(outcome: RunOutcome, exp_dir: Path) -> list[str]:
                    f"{json.dumps(best.params)}")
     else:
         out.append("best:     - (no trial reported a final result)")
-    reasons = failure_reasons(st)
-    for i, (reason, n, first) in enumerate(reasons[:3]):
-        out.append(f"{'failures:' if i == 0 else '':<10}{n}x {reason.splitlines()[0] if reason else reason}"
-                   f"  (e.g. trial {first})")
-    if len(reasons) > 3:
-        out.append(f"{'':<10}... {len(reasons) - 3} more distinct reasons: nnix trial ls {eid}")
+    for i, line in enumerate(failure_report(st)):
+        out.append(f"{'failures:' if i == 0 else '':<10}{line}")
     out.append(f"files:    {exp_dir}  (log/manager.log" + (f"; a trial's output: nnix log trial {eid} -T TRIAL)"
                                                             if any_started(st) else ")"))
     code = outcome.exit_code

@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import logging
 import re
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from nnix.config import ExperimentConfig as NativeConfig
 from nnix.config import restore_secrets
 from nnix.core.manager_error import manager_error_text, read_manager_error
 from nnix.errors import FieldIssue, ManagerUnreachableError, NnixError
-from nnix.experiment import port_error
+from nnix.experiment import launcher_logger, log_failures, port_error
 from nnix.home import STORE_NAME, Registry, manager_alive, read_state
 from nnix.host.interrupts import sigint_held
 from nnix.model.status import ExperimentStatus
@@ -47,26 +46,7 @@ __all__ = [
     "TrialResult",
 ]
 
-
-
-class _StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to the ``sys.stdout`` of the moment (a notebook cell's, a test's capture), never failing."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stdout
-        super().emit(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        pass  # e.g. stdout closed at interpreter exit: the message is not worth a traceback
-
-
-_logger = logging.getLogger("nni.experiment")
-if not _logger.handlers:  # NNI prints its progress lines (id, URL) on stdout; so do we, unless configured
-    _handler = _StdoutHandler(sys.stdout)
-    _handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s (%(name)s) %(message)s", "%Y-%m-%d %H:%M:%S"))
-    _logger.addHandler(_handler)
-    _logger.setLevel(logging.INFO)
-    _logger.propagate = False
+_logger = launcher_logger("nni.experiment")  # NNI prints its progress lines (id, URL) on stdout; so do we
 
 _ID_RE = re.compile(r"^[A-Za-z0-9_\-]{1,32}$")
 
@@ -265,12 +245,28 @@ class Experiment:
             self._pid = self.port = None
 
     def _until_done(self) -> bool | None:
-        """:meth:`_wait_completion`; Ctrl-C stops the experiment (None)."""
+        """:meth:`_wait_completion`; Ctrl-C stops the experiment (None). Then the failed trials' reasons are
+        logged (INFO), as the CLI prints them."""
         try:
-            return self._wait_completion()
+            ended = self._wait_completion()
         except KeyboardInterrupt:
             self._interrupted()
             return None
+        self._log_failures()
+        return ended
+
+    def _log_failures(self) -> None:
+        if self.id is None:
+            return
+        with contextlib.suppress(NnixError):  # the manager may be gone: the store has the same answer
+            stats = {s.get("trialJobStatus"): s.get("trialJobNumber") for s in self.get_job_statistics()}
+            if not stats.get("FAILED") and not stats.get("SYS_CANCELED") and stats.get("SUCCEEDED"):
+                return  # nothing to say (without reading every trial of a long experiment)
+        try:
+            state = read_state(Path(Registry().get(self.id).dir))
+        except NnixError:
+            return
+        log_failures(_logger, state)
 
     def _interrupted(self) -> None:
         _logger.warning("KeyboardInterrupt detected")
