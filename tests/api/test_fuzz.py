@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 import threading
 import time
@@ -24,6 +25,7 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from nnix.api.app import create_app  # noqa: E402
 from nnix.core.state import fold_store  # noqa: E402
@@ -156,5 +158,40 @@ def test_hostile_import_data_is_refused_and_nothing_is_recorded(finished: Path, 
         assert r.status_code == 400 and expected in r.json()["error"], r.text[:500]
         assert len(r.text) < 1000
         assert manager.state.last_seq == before and manager.state.imported == []
+    finally:
+        manager.store.close()
+
+
+# --- Host headers (DNS rebinding): only host[:port] with a loopback host passes a loopback bind --------------------
+
+LOOPBACK_HOST = re.compile(r"((localhost|127(\.[0-9]{1,3}){3})\.?|\[[0-9a-f:.]+\])(:[0-9]{1,5})?")
+
+
+@settings(max_examples=3000, derandomize=True, database=None, deadline=None)
+@given(value=st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda host, sep, tail: host + sep + tail,
+              st.sampled_from(["127.0.0.1", "localhost", "[::1]", "127.1.2.3", "LOCALHOST"]),
+              st.sampled_from([":", "@", ".", "", "]", ":1", " ", "%"]), st.text(max_size=20))))
+def test_a_loopback_bind_allows_only_a_strict_loopback_host(value: str) -> None:
+    from nnix.api.security import HostPolicy
+
+    if HostPolicy("127.0.0.1").allows(value):
+        assert LOOPBACK_HOST.fullmatch(value.strip().lower()), repr(value)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:18301@evil.test", "127.0.0.1:abc", "localhost:80@evil.test",
+                                  "127.0.0.1:80/evil", "[::1]:80@evil.test", "::1", "127.0.0.1%2f", "127.0.0.1:-1"])
+def test_a_host_header_that_is_not_host_port_is_refused(finished: Path, h: Any, host: str) -> None:
+    manager, app = h.viewer(finished, read_only=False)
+
+    async def go() -> httpx.Response:
+        async with h.client(app) as c:
+            r: httpx.Response = await c.get("/api/v1/nni/trial-jobs", headers={"Host": host})
+            return r
+
+    try:
+        r = h.run(go())
+        assert r.status_code == 403 and "rebinding" in r.json()["error"], (host, r.status_code)
     finally:
         manager.store.close()

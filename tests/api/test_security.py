@@ -108,7 +108,7 @@ def test_foreign_host_names_are_refused(finished: Path, h: Any) -> None:
                 r = await c.get(f"{P}/trial-jobs", headers={"Host": host})
                 assert r.status_code == 200 and len(r.json()) == 5, host
             for host in ("evil.test", "evil.test:8080", "127.0.0.1.evil.test", "localhost.evil.test", "10.1.2.3",
-                         "[::1].evil.test", "0.0.0.0:8080", ""):
+                         "[::1].evil.test", "0.0.0.0:8080", "", "127.0.0.1:18301@evil.test", "127.0.0.1:abc"):
                 for method, url in (("GET", f"{P}/trial-jobs"), ("GET", f"{N}/events"), ("GET", "/"),
                                     ("GET", f"{P}/trial-file/aaaaa/stdout"),
                                     ("PUT", f"{P}/experiment?update_type=TRIAL_CONCURRENCY")):
@@ -120,6 +120,26 @@ def test_foreign_host_names_are_refused(finished: Path, h: Any) -> None:
             assert m.state.limit("trial_concurrency") != 7
 
     h.run(go())
+
+
+HOST_FORMS = [  # (Host value, its host or None where it is not host[:port])
+    ("127.0.0.1", "127.0.0.1"), ("127.0.0.1:8080", "127.0.0.1"), ("LocalHost.:1", "localhost"),
+    ("[::1]", "::1"), ("[::1]:65535", "::1"), ("my-host_1.lan:80", "my-host_1.lan"),
+    ("127.0.0.1:18301@evil.test", None), ("127.0.0.1:abc", None), ("127.0.0.1:", None), ("127.0.0.1:123456", None),
+    ("127.0.0.1:8080:1", None), ("127.0.0.1:+80", None), ("127.0.0.1:\u0663", None), ("127.0.0.1 :80", None),
+    ("user@127.0.0.1", None), ("::1", None), ("[::1]:", None), ("[::1]x", None), ("[::1", None), ("[1.2.3.4]", None),
+    ("[evil.test]", None), ("a..b", None), ("evil.test/x", None), ("ev\u0131l.test", None), ("", None),
+    ("x" * 300, None), ("127.0.0.1\x00", None),
+]
+
+
+@pytest.mark.parametrize("value,host", HOST_FORMS)
+def test_the_host_header_is_parsed_strictly(value: str, host: str | None) -> None:
+    from nnix.api.security import HostPolicy, split_host
+
+    assert split_host(value) == host
+    if host is None:  # refused by every policy but `*`
+        assert not HostPolicy("127.0.0.1").allows(value) and not HostPolicy("0.0.0.0", ["evil.test"]).allows(value)
 
 
 def test_host_policy_of_non_loopback_binds_and_allowed_hosts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,7 @@ One ASGI layer, outside everything else (the token check included), does three t
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import os
 import secrets
@@ -58,18 +59,29 @@ def new_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
-def split_host(value: str) -> str:
-    """The name or address of a ``Host`` (or ``Origin`` authority) value, without port, lower case."""
+def split_host(value: str) -> str | None:
+    """The host of a ``Host`` header value (or an ``Origin``'s authority), lower case, without a trailing dot; None
+    when the value is not ``host[:port]`` exactly: a host name (letters, digits, ``-``, ``_``, dot-separated
+    labels), an IPv4 address or an IPv6 address in brackets, then nothing or ``:`` and the port's digits
+    (``127.0.0.1:18301@evil.com``, ``127.0.0.1:abc`` and a bare IPv6 address are not)."""
     value = value.strip().lower()
-    if value.startswith("["):  # [::1]:8080; anything after the bracket but a port makes it no address
+    if value.startswith("["):
         end = value.find("]")
-        rest = value[end + 1:] if end > 0 else ""
-        if end > 0 and (rest == "" or (rest.startswith(":") and rest[1:].isdigit())):
-            return value[1:end]
-        return value
-    if value.count(":") == 1:
-        value = value.split(":", 1)[0]
-    return value.rstrip(".")
+        host, rest = (value[1:end], value[end + 1:]) if end > 0 else ("", "")
+        if not isinstance(ip_address_of(host), ipaddress.IPv6Address):
+            return None
+    else:
+        host, colon, port = value.partition(":")
+        rest = colon + port
+        host = host[:-1] if host.endswith(".") else host
+        labels = host.split(".")
+        if not host or len(host) > 253 or not all(
+                0 < len(label) <= 63 and label.isascii() and label.replace("-", "").replace("_", "").isalnum()
+                for label in labels):
+            return None
+    if rest and not (rest[0] == ":" and 1 < len(rest) <= 6 and rest[1:].isascii() and rest[1:].isdigit()):
+        return None
+    return host
 
 
 def configured_hosts(config_hosts: Iterable[str] | None) -> list[str]:
@@ -93,7 +105,7 @@ class HostPolicy:
         self.any = "*" in extra
         names = {"localhost", *extra}
         if not self.loopback:
-            names.add(split_host(bind_host))
+            names.add(bind_host.strip().lower().strip("[]").rstrip("."))  # (a name or address, no port)
             host = socket.gethostname().lower()
             names |= {host, host.split(".")[0]}
         self.names = frozenset(names)
@@ -102,6 +114,8 @@ class HostPolicy:
         if value is None or self.any:
             return True  # no Host header: not a browser (browsers always send one)
         name = split_host(value)
+        if name is None:
+            return False  # not host[:port]: nothing a browser sends for a page it loaded
         if name in self.names:
             return True
         ip = ip_address_of(name)
