@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic.alias_generators import to_snake
 
 from nnix.config import (
     AlgorithmConfig,
@@ -610,3 +611,57 @@ def test_search_space_file_with_duplicate_keys_or_deep_nesting(tmp_path: Path) -
     (tmp_path / "space.json").write_text(f'{{"x": {spec}}}')
     out = _load_in_subprocess(cfg)
     assert "searchSpaceFile" in out and "nested deeper than 100 levels" in out
+
+
+# --------------------------------------------------------------------------------------------------
+# The tuner's and the assessor's optimize_mode
+
+V1_DIRECTIONS = """\
+trialConcurrency: 1
+trainingServicePlatform: local
+searchSpacePath: space.json
+tuner:
+  builtinTunerName: {tuner}
+{tuner_args}assessor:
+  builtinAssessorName: Medianstop
+  classArgs:
+    optimize_mode: minimize
+trial:
+  command: python3 trial.py
+  codeDir: .
+"""
+
+
+def test_v1_assessor_mode_with_a_silent_tuner_is_warned_and_given_to_the_tuner(tmp_path: Path) -> None:
+    (tmp_path / "space.json").write_text('{"x": {"_type": "uniform", "_value": [0, 1]}}')
+    loaded = load_config(write(tmp_path, V1_DIRECTIONS.format(tuner="Evolution", tuner_args="")))
+    assert loaded.format == "v1"
+    [warning] = [w for w in loaded.warnings if "optimize_mode" in w]
+    assert warning.startswith("tuner.classArgs.optimize_mode is not set and assessor.classArgs.optimize_mode is "
+                              "minimize: the tuner uses minimize too, not its default maximize"), warning
+    assert loaded.config.tuner.class_args == {"optimize_mode": "minimize"}  # the experiment minimizes throughout
+    # a tuner whose own default agrees (TPE minimizes) needs nothing
+    agreed = load_config(write(tmp_path, V1_DIRECTIONS.format(tuner="TPE", tuner_args="")))
+    assert not any("optimize_mode" in w for w in agreed.warnings) and agreed.config.tuner.class_args == {}
+    # both stated and different: warned, each kept as written
+    both = load_config(write(tmp_path, V1_DIRECTIONS.format(
+        tuner="Evolution", tuner_args="  classArgs:\n    optimize_mode: maximize\n")))
+    [warning] = [w for w in both.warnings if "optimize_mode" in w]
+    assert warning.startswith("assessor.classArgs.optimize_mode is minimize but tuner.classArgs.optimize_mode is "
+                              "maximize"), warning
+    assert both.config.tuner.class_args == {"optimize_mode": "maximize"}
+
+
+@pytest.mark.parametrize("style", ["camel", "snake"])
+def test_v2_assessor_mode_with_a_silent_tuner_names_the_fields_as_written(tmp_path: Path, style: str) -> None:
+    args = "classArgs" if style == "camel" else "class_args"
+    data = {"searchSpace": dict(SPACE), "trialCommand": "python3 main.py", "trialConcurrency": 1,
+            "tuner": {"name": "Random"}, "assessor": {"name": "Medianstop", args: {"optimize_mode": "minimize"}},
+            "trainingService": {"platform": "local"}}
+    if style == "snake":
+        data = {to_snake(k): v for k, v in data.items()}
+    loaded = parse_config(data, tmp_path)
+    [warning] = [w for w in loaded.warnings if "optimize_mode" in w]
+    assert warning.startswith(f"tuner.{args}.optimize_mode is not set and assessor.{args}.optimize_mode is minimize"), \
+        warning
+    assert loaded.config.tuner.class_args == {"optimize_mode": "minimize"}

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from nnix.config.experiment import AlgorithmConfig, ExperimentConfig
 from nnix.config.fields import _BASE_DIR, _LOADER, resolve_path
@@ -125,7 +125,65 @@ def parse_config(
             f"{key} has no effect in nnix: the tuner runs in the manager process and nnix's tuners compute on "
             "the CPU (NNI set CUDA_VISIBLE_DEVICES of its tuner process); a custom tuner that uses a GPU "
             "chooses its device itself")
+    warnings += _direction_warnings(model, tr)
     return LoadedConfig(model, warnings, tr.format)
+
+
+def _direction_warnings(model: ExperimentConfig, tr: Translation) -> list[str]:
+    """The tuner's and the assessor's ``optimize_mode`` must agree, or the assessor stops the trials the tuner looks
+    for. Both set and different: a warning. Only the assessor's set, and the tuner's default differs: the tuner is
+    given the assessor's (it is the only direction the config states; NNI's web UI ranks by it too, though NNI's
+    tuner would run at its default), with a warning. Both paths are named as written."""
+    assessor = model.assessor
+    wanted = assessor.class_args.get("optimize_mode") if assessor is not None else None
+    if wanted not in ("maximize", "minimize"):
+        return []
+    tuner_path = tr.path(("tuner", "class_args", "optimize_mode"))
+    assessor_path = tr.path(("assessor", "class_args", "optimize_mode"))
+    stated = model.tuner.class_args.get("optimize_mode")
+    if stated is not None:
+        if stated == wanted:
+            return []
+        return [f"{assessor_path} is {wanted} but {tuner_path} is {stated}: the assessor would stop early the trials "
+                "the tuner looks for; make them agree"]
+    accepts, default = _optimize_mode_of(model.tuner)
+    if default == wanted:
+        return []  # e.g. TPE minimizes by default: they agree
+    if not accepts:
+        return [f"{assessor_path} is {wanted} but the tuner takes no optimize_mode: the experiment ranks trials as "
+                f"{default} (the tuner's default); choose an assessor optimize_mode of {default}, or a tuner that "
+                "takes one"]
+    model.tuner.class_args["optimize_mode"] = wanted
+    return [f"{tuner_path} is not set and {assessor_path} is {wanted}: the tuner uses {wanted} too, not its default "
+            f"{default} (NNI would run it at {default}, against the assessor); set {tuner_path} to silence this"]
+
+
+def _optimize_mode_of(tuner: AlgorithmConfig) -> tuple[bool, str]:
+    """Whether the tuner's class takes ``optimize_mode``, and its default direction (``maximize`` where it has
+    none, as the experiment's direction is then)."""
+    import inspect
+
+    from nnix.registry import resolve
+
+    try:
+        cls = resolve("tuner", tuner.ref())
+    except Exception:  # reported with the config's issues already; never fail over a warning
+        return False, "maximize"
+    args_model = getattr(cls, "Args", None)
+    if isinstance(args_model, type) and issubclass(args_model, BaseModel):
+        info = args_model.model_fields.get("optimize_mode")
+        if info is None:
+            return False, "maximize"
+        default = info.default
+        return True, default if default in ("maximize", "minimize") else "maximize"
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False, "maximize"
+    param = params.get("optimize_mode")
+    if param is None:
+        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()), "maximize"
+    return True, param.default if param.default in ("maximize", "minimize") else "maximize"
 
 
 def _load_search_space(native: dict[str, Any], tr: Translation, base_dir: Path) -> list[FieldIssue]:
