@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import closing
@@ -16,10 +17,21 @@ from typing import Any
 
 import pytest
 
-from nnix.core.status import TrialStatus
-from nnix.home import Registry, read_state
+from nnix.core.events import (
+    Event,
+    ManagerStarted,
+    MetricReported,
+    StatusChanged,
+    TrialCreated,
+    TrialEnded,
+    TrialStarted,
+)
+from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
+from nnix.home import STORE_NAME, Registry, read_state
+from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until
 from nnix.testing.browser import ARGS, CHROMIUM, missing
+from nnix.testing.experiments import make_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
@@ -273,6 +285,43 @@ def test_view_is_read_only_and_customized_rerun_is_refused(tmp_path: Path, page:
     finally:
         assert nnix("stop", exp_id).returncode == 0
     assert len(read_state(Path(Registry().get(exp_id).dir)).trials) == 3
+
+
+def _recorded_quick_trial(tmp_path: Path) -> str:
+    """A DONE experiment (no manager) limited to 5 minutes, whose one trial ran for 40 ms, recorded directly."""
+    exp_id, exp_dir = make_experiment(tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
+                                      trialCommand="true", maxExperimentDuration="5m")
+    t0 = time.time() - 60
+    steps: list[tuple[float, list[Event]]] = [
+        (0.0, [ManagerStarted(0, "create"), StatusChanged(ExperimentStatus.RUNNING)]),
+        (0.1, [TrialCreated("quick", 0, 0, {"x": 0.5})]),
+        (0.2, [TrialStarted("quick", "local-env", str(exp_dir / "trials" / "quick"))]),
+        (0.24, [MetricReported("quick", MetricType.FINAL, 0, 0.5, 0), TrialEnded("quick", TrialStatus.SUCCEEDED, 0)]),
+        (1.0, [StatusChanged(ExperimentStatus.DONE, "maxTrialNumber reached")]),
+    ]
+    for offset, events in steps:
+        at = t0 + offset
+        store = SqliteStore(exp_dir / STORE_NAME, clock=lambda: at)  # noqa: B023 (used at once)
+        try:
+            store.append(events)
+        finally:
+            store.close()
+    return exp_id
+
+
+def test_a_quick_trial_shows_milliseconds_and_a_finished_experiment_no_remaining_time(tmp_path: Path,
+                                                                                      page: Any) -> None:
+    exp_id, url = _start("view", _recorded_quick_trial(tmp_path), "--port", "0")
+    try:
+        page.goto(url + "#/trials")
+        page.wait_for_selector(row("quick") + " .c-duration")
+        assert page.inner_text(row("quick") + " .c-duration") == "40ms"  # not "0.0s"
+        page.goto(url + "#/overview")
+        page.wait_for_function("() => document.querySelector('#ov-duration').textContent.includes('of 5m')")
+        card = page.inner_text("#ov-duration")
+        assert "of 5m 0s" in card and "remaining" not in card, card  # nothing remains of a finished experiment
+    finally:
+        assert nnix("stop", exp_id).returncode == 0
 
 
 def test_failed_trials_show_their_reason_in_the_table_and_the_detail(tmp_path: Path, page: Any) -> None:

@@ -88,6 +88,7 @@ function fmtTime(ms) {
 function fmtDur(s) {
   if (s === null || s === undefined || !Number.isFinite(s)) return '–';
   s = Math.max(0, s);
+  if (s < 0.9995) return Math.round(s * 1000) + 'ms';  // a quick trial: 40ms, not 0.0s
   if (s < 60) return (s < 10 ? s.toFixed(1) : Math.round(s)) + 's';
   const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60), r = Math.floor(s % 60);
   if (d) return `${d}d ${h}h ${m}m`;
@@ -385,7 +386,8 @@ const overview = {
     const pct = max ? Math.min(100, (100 * el) / max) : 0;
     $('#ov-duration').innerHTML = `<h3>Duration</h3><div class="big">${fmtDur(el)}</div>
       <div class="bar"><div style="width:${pct}%"></div></div>
-      <div class="muted">${max ? `of ${fmtDur(max)} · remaining ${fmtDur(Math.max(0, max - el))}` : 'no duration limit'}</div>
+      <div class="muted">${max ? `of ${fmtDur(max)}` + (COUNTING.has(e.status) ? ` · remaining ${fmtDur(Math.max(0, max - el))}` : '')
+        : 'no duration limit'}</div>
       <div class="muted">started ${fmtTime(e.startTime)}${e.endTime ? ' · ended ' + fmtTime(e.endTime) : ''}</div>`;
   },
   update() {
