@@ -112,6 +112,24 @@ def test_experiment_run_says_when_no_trial_succeeded(tmp_path: Path, capsys: pyt
     assert f"INFO (nnix.experiment) Experiment {exp.id} is DONE, but no trial succeeded" in out
 
 
+def test_experiment_run_in_error_logs_its_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from nnix.services.gpu import NvmlInventory
+
+    if NvmlInventory().snapshot():
+        pytest.skip("this host has a GPU: trialGpuNumber: 1 can be satisfied")
+    (tmp_path / "trial.py").write_text(TRIAL)
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({
+        "searchSpace": {"x": {"_type": "choice", "_value": [1, 2]}}, "trialCommand": f"{sys.executable} trial.py",
+        "trialConcurrency": 2, "trialGpuNumber": 1, "tuner": {"name": "GridSearch"},
+        "trainingService": {"platform": "local", "useActiveGpu": False},
+    }))
+    exp = Experiment(cfg)
+    assert exp.run(port=0) is False and exp.exit_code == 3
+    out = capsys.readouterr().out
+    assert f"ERROR (nnix.experiment) Experiment {exp.id} is in ERROR: No GPU found, but trialGpuNumber is 1" in out
+
+
 def test_a_failed_experiment_run_leaves_nothing_behind(tmp_path: Path) -> None:
     (tmp_path / "trial.py").write_text(TRIAL)
     cfg = tmp_path / "config.yml"

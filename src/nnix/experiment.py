@@ -18,7 +18,7 @@ from nnix.host.build import create, discard_unstarted
 from nnix.host.interrupts import sigint_held
 from nnix.host.progress import failure_report
 from nnix.host.run import run_manager, spawn_daemon
-from nnix.model.status import TrialStatus
+from nnix.model.status import ExperimentStatus, TrialStatus
 
 __all__ = ["Experiment"]
 
@@ -64,15 +64,17 @@ def launcher_logger(name: str) -> logging.Logger:
 
 
 def log_failures(logger: logging.Logger, state: ExperimentState) -> None:
-    """At INFO, as the CLI prints them at the end of a run: the distinct reasons of the failed trials, and that
-    no trial succeeded."""
+    """As the CLI prints them at the end of a run: the distinct reasons of the failed trials and that no trial
+    succeeded (INFO), and an ERROR's reason (ERROR)."""
     eid = state.experiment_id
     lines = failure_report(state)
     if lines:
         logger.info("Failed trials of experiment %s (each trial's reason: nnix trial ls %s):", eid, eid)
         for line in lines:
             logger.info("  %s", line)
-    if state.trials and not state.count(TrialStatus.SUCCEEDED):
+    if state.status is ExperimentStatus.ERROR and state.message:
+        logger.error("Experiment %s is in ERROR: %s", eid, state.message)
+    elif state.trials and not state.count(TrialStatus.SUCCEEDED):
         logger.info("Experiment %s is %s, but no trial succeeded", eid, state.status.value)
 
 
