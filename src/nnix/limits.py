@@ -39,6 +39,27 @@ MAX_REQUEST_BYTES = 8 * 1024 * 1024
 """Largest request body the manager's REST API reads (8 MiB; 413 above it), and so the most the CLI sends in
 one request (an ``experiment import`` included)."""
 
+# --- experiment archives (``nnix experiment load``) --------------------------------------------------
+
+MAX_ARCHIVE_MEMBERS = 1_000_000
+"""Most members (files and folders) of one archive."""
+
+MAX_ARCHIVE_BYTES = 1024**4
+"""Most bytes an archive may hold uncompressed, all members together (1 TiB), checked against the members'
+headers before anything is extracted (and the bytes counted while extracting); the file system must moreover
+have room for them."""
+
+MAX_ARCHIVE_RATIO = 200
+"""Largest compression ratio (uncompressed / compressed) of a member larger than :data:`ARCHIVE_RATIO_FLOOR`:
+experiment data (stores, logs, checkpoints) stays far below it; a zip bomb's members are near deflate's ~1000."""
+
+ARCHIVE_RATIO_FLOOR = 1024 * 1024
+"""Members up to this size (1 MiB) are not held to :data:`MAX_ARCHIVE_RATIO` (a small file of zeros may
+compress better, and costs nothing)."""
+
+MAX_MANIFEST_BYTES = 1024 * 1024
+"""Largest ``nnix-archive.json`` read from an archive."""
+
 # --- experiment limits (config file, ``nnix update``, REST) ---------------------------------------
 
 MAX_TRIAL_CONCURRENCY = 10_000
