@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -100,3 +102,21 @@ def test_a_request_over_the_limit_is_never_sent_and_a_413_is_said_plainly() -> N
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than 100 levels"),
+    ('[{"parameter": {"x": 0.5}, "value": 1' + "0" * 400 + "}]", "import record [0]: 'value'"),
+    ('[{"parameter": {"x": 0.5}, "value": 0.1}, {"parameter": {"x": 0.5}, "value": "nan"}]',
+     "import record [1]: 'value'"),
+])
+def test_nnix_experiment_import_says_what_is_wrong_without_a_traceback(tmp_path: Path, text: str,
+                                                                       expected: str) -> None:
+    _, d = make_experiment(tmp_path, searchSpace=UNIT, trialCommand="true")
+    eid = read_state(d).experiment_id
+    path = tmp_path / "data.json"
+    path.write_text(text)
+    r = subprocess.run([sys.executable, "-c", "from nnix.cli.main import main; main()", "experiment", "import", eid,
+                        "-f", str(path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and expected in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and read_state(d).imported == []

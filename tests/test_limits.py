@@ -156,3 +156,15 @@ def test_shape_problem_finds_depth_and_size_without_walking_everything() -> None
     for _ in range(15):
         level = [level] * 9
     assert shape_problem(level) == ("", "holds more than 2,000,000 values")
+
+
+def test_the_rest_and_archive_bounds_are_the_ones_every_side_uses() -> None:
+    from nnix import archive, limits
+    from nnix.api import common
+    from nnix.model.imported import MAX_PARAMETER_DEPTH
+
+    assert common.MAX_BODY == limits.MAX_REQUEST_BYTES == 8 * 1024 * 1024  # the server's 413, the CLI's check
+    assert MAX_PARAMETER_DEPTH == limits.MAX_DEPTH  # (the leaf package cannot import limits)
+    assert archive.MAX_MEMBERS == limits.MAX_ARCHIVE_MEMBERS == 1_000_000
+    assert limits.MAX_ARCHIVE_BYTES == 1024**4 and limits.MAX_ARCHIVE_RATIO == 200
+    assert limits.ARCHIVE_RATIO_FLOOR == limits.MAX_MANIFEST_BYTES == 1024 * 1024
