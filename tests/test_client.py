@@ -27,6 +27,12 @@ def test_the_ray_head_record_checked_before_importing_rayhead_is_rayheads() -> N
     assert client.RAY_HEAD_RECORD == rayhead.RECORD
 
 
+def test_the_engine_record_checked_before_importing_any_engine_is_the_cluster_services() -> None:
+    from nnix.services.cluster import RECORD
+
+    assert client.ENGINE_RECORD == RECORD
+
+
 # --- experiment import: the file, its size, the request ------------------------------------------------------------
 
 
@@ -120,3 +126,60 @@ def test_nnix_experiment_import_says_what_is_wrong_without_a_traceback(tmp_path:
                         "-f", str(path)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and expected in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and read_state(d).imported == []
+
+
+# --- nnix stop / experiment delete after the manager died ------------------------------------------------------------
+
+
+def _killed_with_running_trials(tmp_path: Path) -> tuple[str, Path, dict[str, int]]:
+    """A local experiment whose two trials run (held at a gate that never opens) when its manager is killed -9."""
+    from nnix.testing import wait_until
+    from nnix.testing.faults import created_id, exp_dir_of, fast_reporting_config, kill_manager, nnix
+
+    cfg = fast_reporting_config(tmp_path, trials=2, concurrency=2, metrics=5, gate=tmp_path / "never", before_gate=2)
+    res = nnix("create", "--config", str(cfg), "--port", "0")
+    assert res.returncode == 0, res.stderr
+    exp_id = created_id(res.stdout)
+    exp_dir = exp_dir_of(exp_id)
+
+    def running() -> bool:
+        trials = read_state(exp_dir).trials.values()
+        return len(trials) == 2 and all(t.status.value == "RUNNING" and len(t.metrics) == 2 and t.pid
+                                        for t in trials)
+
+    wait_until(running, 120, "both trials running")
+    pids = {t.trial_id: int(t.pid or 0) for t in read_state(exp_dir).trials.values()}
+    assert kill_manager(exp_id)
+    return exp_id, exp_dir, pids
+
+
+def test_stop_after_the_manager_died_kills_its_local_trials_and_records_them_canceled(tmp_path: Path) -> None:
+    from nnix.home import pid_alive
+    from nnix.model.status import ExperimentStatus, TrialStatus
+    from nnix.testing import wait_until
+
+    exp_id, exp_dir, pids = _killed_with_running_trials(tmp_path)
+    assert all(pid_alive(p) for p in pids.values())  # trials outlive their manager (for a resume)
+    said = client.stop_experiment(exp_id)
+    assert said.startswith(f"experiment {exp_id} was not running (its manager had died); marked STOPPED"), said
+    assert f"local: killed 2 trial(s) ({', '.join(sorted(pids))})" in said, said
+    assert "2 trial(s) left running recorded USER_CANCELED" in said, said
+    wait_until(lambda: not any(pid_alive(p) for p in pids.values()), 10, "the trials' processes to be gone")
+    st = read_state(exp_dir)
+    assert st.status is ExperimentStatus.STOPPED
+    assert [t.status for t in st.trials.values()] == [TrialStatus.USER_CANCELED] * 2
+    again = client.stop_experiment(exp_id)  # nothing left: nothing done, nothing said
+    assert again == f"experiment {exp_id} is not running (STOPPED; no manager serves it)", again
+
+
+def test_delete_after_the_manager_died_kills_its_local_trials(tmp_path: Path) -> None:
+    from nnix.home import pid_alive
+    from nnix.testing import wait_until
+    from nnix.testing.faults import nnix
+
+    exp_id, exp_dir, pids = _killed_with_running_trials(tmp_path)
+    res = nnix("experiment", "delete", exp_id, "--yes")
+    assert res.returncode == 0, res.stderr
+    assert f"deleted {exp_id}; local: killed 2 trial(s)" in res.stdout, res.stdout
+    wait_until(lambda: not any(pid_alive(p) for p in pids.values()), 10, "the trials' processes to be gone")
+    assert not exp_dir.exists()

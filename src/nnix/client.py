@@ -81,11 +81,14 @@ def manager_call(exp_id: str, path: str, method: str = "GET", body: Any = None) 
 def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
     """Stop an experiment's manager, whatever its status (SIGTERM, as NNI): a running experiment's
     trials are canceled; a finished (DONE, ERROR) or viewed one's manager stops serving. A manager
-    that died while its experiment was active is recorded STOPPED."""
+    that died while its experiment was active is recorded STOPPED. Whatever a dead manager left running on its
+    engines (jobs, actors, pods, agents, trials) is ended, and its trials shown RUNNING are recorded canceled."""
     entry = Registry().get(exp_id)
     exp_dir = Path(entry.dir)
     state = read_state(exp_dir, summary=True)
     pid = state.manager_pid
+    # trials shown RUNNING are possible only where a manager died (a live one cancels its own, a viewer runs none)
+    orphans = state.status.is_active or state.status is ExperimentStatus.ERROR or state.manager_action == "view"
     if manager_alive(state):
         assert pid is not None
         was = shown_status(state)
@@ -95,12 +98,12 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
             time.sleep(0.01)
         if pid_alive(pid):
             raise NnixError(f"experiment {entry.id} did not stop within {timeout:.0f} s", f"kill -9 {pid}")
-        extra = _stop_engines(exp_dir)
+        extra = _stop_engines(exp_dir, state.experiment_id, state.manager_action == "view")
         if state.status.is_active:
             return f"experiment {entry.id} stopped{extra}"
         port = f" on port {state.manager_port}" if state.manager_port else ""
         return f"experiment {entry.id} ({was}): its manager{port} stopped{extra}"
-    extra = _stop_engines(exp_dir)
+    extra = _stop_engines(exp_dir, state.experiment_id, orphans)
     if state.status.is_active:
         error = read_manager_error(exp_dir)
         why = manager_error_text(error) if error is not None else "the manager was no longer running"
@@ -114,18 +117,88 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
 
 
 RAY_HEAD_RECORD = "ray-head.json"  # nnix.services.rayhead.RECORD (a test checks): without it, no import of rayhead
+ENGINE_RECORD = "cluster.json"  # nnix.services.cluster.RECORD (a test checks): without one, no engine is imported
 
 
-def _stop_engines(exp_dir: Path) -> str:
-    """What an experiment keeps running outside its manager for a resume, ended (its private Ray head, with the
-    actors, agents and trials in it); what was done, as a suffix of the CLI's message. (Without a record of a
-    head, its module, a sixth of `nnix stop`'s imports, is not imported.)"""
-    if not (exp_dir / RAY_HEAD_RECORD).exists():
-        return ""
-    from nnix.services.rayhead import stop_recorded
+def _stop_engines(exp_dir: Path, experiment_id: str, orphans: bool = True) -> str:
+    """What an experiment keeps running outside its manager for a resume, ended: its private Ray head (with the
+    actors, agents and trials in it), its environments on every engine its records name (nnix.services.reclaim),
+    its local trials; the trials the store shows RUNNING (looked for where ``orphans``) are then recorded
+    USER_CANCELED. What was done, as a suffix of the CLI's message. Called only once no manager runs it. (Without a
+    record of a head or an engine, no engine module is imported: `nnix stop` stays quick.)"""
+    from nnix.home import read_lock_holder
 
-    done = stop_recorded(exp_dir)
-    return f"; {done}" if done else ""
+    holder = read_lock_holder(exp_dir)
+    if holder is not None:  # a manager took the experiment meanwhile (a resume): its work is its own
+        return f"; a manager (pid {holder.pid}) runs it again: its engine work is left to it"
+    done: list[str] = []
+    if (exp_dir / RAY_HEAD_RECORD).exists():
+        from nnix.services.rayhead import stop_recorded
+
+        head = stop_recorded(exp_dir)
+        if head:
+            done.append(head)
+    running = _running_trials(exp_dir) if orphans else {}
+    records = [exp_dir / ENGINE_RECORD, *exp_dir.glob(f"services/*/{ENGINE_RECORD}")]
+    if running or any(_left(p) for p in records):
+        from nnix.services.reclaim import reclaim
+
+        store = SqliteStore(exp_dir / STORE_NAME, create=False)
+        try:
+            created = store.read(kinds=("ExperimentCreated",))
+        finally:
+            store.close()
+        config = getattr(created[0].event, "config", {}) if created else {}
+        done += reclaim(exp_dir, experiment_id, config, list(running.values()))
+    if running:
+        from nnix.model.events import TrialEnded
+        from nnix.model.status import TrialStatus
+
+        store = SqliteStore(exp_dir / STORE_NAME, create=False)
+        try:
+            store.append([TrialEnded(tid, TrialStatus.USER_CANCELED, None,
+                                     "canceled: the experiment was stopped while no manager ran it")
+                          for tid in running])
+        finally:
+            store.close()
+        done.append(f"{len(running)} trial(s) left running recorded USER_CANCELED")
+    return "".join(f"; {d}" for d in done)
+
+
+def end_engine_work(exp_dir: Path, experiment_id: str) -> str:
+    """``nnix experiment delete``: what the experiment left running on its engines, ended (see _stop_engines)."""
+    return _stop_engines(exp_dir, experiment_id, orphans=True)
+
+
+def _left(record: Path) -> bool:
+    """Whether an engine record says something may be left there (see nnix.services.reclaim.left_records)."""
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and bool(data.get("left", True) or data.get("envs"))
+
+
+def _running_trials(exp_dir: Path) -> dict[str, Any]:
+    """The trials the store shows RUNNING (started, not ended nor requeued since), as
+    :class:`nnix.services.base.LeftTrial` (what the last manager recorded of each)."""
+    from nnix.model.events import TrialStarted
+    from nnix.services.base import LeftTrial
+
+    store = SqliteStore(exp_dir / STORE_NAME, create=False)
+    try:
+        events = store.read(kinds=("TrialStarted", "TrialEnded", "TrialRequeued"))
+    finally:
+        store.close()
+    running: dict[str, Any] = {}
+    for stored in events:
+        ev = stored.event
+        tid = getattr(ev, "trial_id", "")
+        if isinstance(ev, TrialStarted):
+            running[tid] = LeftTrial(tid, ev.output_dir, ev.pid, ev.pid_start)
+        else:
+            running.pop(tid, None)
+    return running
 
 
 def running_port(exp_id: str) -> int:

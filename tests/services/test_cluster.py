@@ -267,3 +267,55 @@ def test_environments_of_the_earlier_manager_that_ended_meanwhile_are_no_failed_
                r.getMessage()]
     assert len(dropped) == 3
     assert set(json.loads((exp_dir / "cluster.json").read_text())["envs"]).isdisjoint(envs)  # forgotten
+
+
+class _FindingLauncher(ProcessLauncher):
+    """The fake engine that can also find an environment by its id (nnix.services.launcher.Reclaiming), as Slurm
+    does by the job's name: ``named`` maps environment ids to handles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.named: dict[str, str] = {}
+
+    async def launch(self, request: Any) -> str:
+        handle = await super().launch(request)
+        self.named[request.env_id] = handle
+        return handle
+
+    async def adopt(self, request: Any, handle: str | None) -> str | None:
+        return handle or (await self.environments()).get(request.env_id)
+
+    async def open_engine(self) -> None:
+        return None
+
+    async def environments(self) -> dict[str, str]:
+        return {e: h for e, h in self.named.items() if h in self.procs and self.procs[h].poll() is None}
+
+
+def test_an_environment_submitted_but_not_yet_recorded_by_a_killed_manager_is_taken_over(tmp_path: Path) -> None:
+    """The manager recorded the environment, then was killed after the engine took it and before it learned the
+    handle: the resumed manager finds it on the engine (by its id), takes its agent over, and stops it at the end
+    (it used to be skipped: its agent, unknown to the new manager, kept retrying, an orphan)."""
+    import asyncio
+    import json
+
+    from nnix.services.cluster import EnvRequest, Reclaiming
+    from nnix.testing.labs import free_port
+
+    launcher = _FindingLauncher()
+    assert isinstance(launcher, Reclaiming)
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=2)
+    port = free_port()
+    token = "t" * 32
+    asyncio.run(launcher.launch(EnvRequest("e9-old", False, f"http://127.0.0.1:{port}", token,
+                                           ("--poll-interval", "0.05"))))
+    (exp_dir / "cluster.json").write_text(json.dumps(
+        {"platform": "process", "port": port, "envs": {"e9-old": {"token": token, "handle": None, "single": False}}}))
+    st = _run(exp_dir, launcher, action="resume")
+    assert st.status is ExperimentStatus.DONE, st.message
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 2
+    assert {t.environment_id for t in st.trials.values()} == {"e9-old"}  # its agent ran them: taken over
+    assert len(launcher.launched) == 1  # no other environment was needed
+    wait_until(lambda: not _alive(launcher), 30, "the taken-over environment to be stopped with the experiment")
+    record = json.loads((exp_dir / "cluster.json").read_text())
+    assert (record["platform"], record["envs"], record["left"]) == ("process", {}, False)  # nothing left

@@ -401,13 +401,14 @@ def experiment_delete(
         return
     if not yes and not typer.confirm(f"delete {len(targets)} experiment(s): {', '.join(e.id for e in targets)}?"):
         raise typer.Exit(1)
-    from nnix.services.rayhead import stop_recorded
+    from nnix.client import end_engine_work
 
     for e in targets:
-        stop_recorded(Path(e.dir))  # its private Ray head, if a killed manager left one
+        # what a killed manager left on its engines (jobs, actors, pods, agents, trials, a private Ray head)
+        ended = end_engine_work(Path(e.dir), e.id) if Path(e.dir).is_dir() else ""
         shutil.rmtree(e.dir, ignore_errors=True)
         reg.remove(e.id)
-        typer.echo(f"deleted {e.id}")
+        typer.echo(f"deleted {e.id}{ended}")
 
 
 @experiment_app.command("export")

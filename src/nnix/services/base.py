@@ -15,10 +15,10 @@ Invariants (every service):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 from nnix.agent.runner import RunnerEvent, Started, TrialSpec
 
@@ -40,6 +40,28 @@ class ServiceContext:
 
     experiment_id: str
     experiment_dir: Path
+
+
+@dataclass(frozen=True)
+class LeftTrial:
+    """A trial the store shows RUNNING while no manager runs: what an earlier manager recorded of it."""
+
+    trial_id: str
+    output_dir: str
+    pid: int | None
+    pid_start: str | None
+
+
+@runtime_checkable
+class Reclaims(Protocol):
+    """The optional ability of a service class to end, without a manager, what an experiment left running on its
+    engine (``nnix stop`` / ``nnix experiment delete`` of an experiment whose manager died): its environments, and
+    the trials ``trials`` it left running where the engine does not end them with the environments. Returns what
+    it ended, in words (one line per engine or machine); never raises for an engine it cannot reach (says so)."""
+
+    @classmethod
+    async def reclaim(cls, config: ExperimentConfig, context: ServiceContext,
+                      trials: Sequence[LeftTrial]) -> list[str]: ...
 
 
 Emit = Callable[[RunnerEvent], None]

@@ -32,7 +32,7 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -41,12 +41,12 @@ from nnix.agent.protocol import Heartbeat, Hello
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer
-from nnix.services.base import CapacityChanged, Configured, Emit, ServiceContext
+from nnix.services.base import CapacityChanged, Configured, Emit, LeftTrial, ServiceContext
 from nnix.services.fleet import AgentOptions, StartFailed
 from nnix.services.hosts import Env as _Env
 from nnix.services.hosts import Machines
 from nnix.services.hosts import Trial as _Trial
-from nnix.services.launcher import EnvRequest, EnvStatus, HostLauncher, Launcher
+from nnix.services.launcher import EnvRequest, EnvStatus, HostLauncher, Launcher, Reclaiming
 from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
     from nnix.config import ExperimentConfig
 
-__all__ = ["ClusterService", "EnvRequest", "EnvStatus", "Launcher", "SharedStorageLayout"]
+__all__ = ["RECORD", "ClusterService", "EnvRequest", "EnvStatus", "Launcher", "Reclaiming", "SharedStorageLayout"]
 
 log = logging.getLogger("nnix.services.cluster")
 
@@ -95,6 +95,19 @@ def _guess_host() -> str:
         if addr and not addr.startswith("0."):
             return addr
     return "127.0.0.1"
+
+
+RECORD = "cluster.json"
+"""The record a cluster service keeps in its experiment's directory (:meth:`ClusterService._save`)."""
+
+
+def _write_private(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as JSON into ``path`` (mode 0600: it holds the agents' tokens), replaced at once."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
 
 
 def _is_loopback(host: str) -> bool:
@@ -200,20 +213,21 @@ class ClusterService(Configured, Machines):
     # --- state file (resume) -------------------------------------------------------------------
     @property
     def _state_path(self) -> Path | None:
-        return self._context.experiment_dir / "cluster.json" if self._context is not None else None
+        return self._context.experiment_dir / RECORD if self._context is not None else None
 
-    def _save(self) -> None:
+    def _save(self, left: bool = True) -> None:
+        """The record (``cluster.json``): the platform, the agent endpoint's port and every environment not known to
+        have ended, with its token and engine handle (None until the engine gave one: an environment is recorded
+        before it is submitted, so that a manager killed at any point leaves a record of it). ``left`` False: a
+        closing manager left nothing on the engine (``nnix stop`` then has nothing to cancel there)."""
         path = self._state_path
         if path is None or self._server is None:
             return
         envs = {e.env_id: {"token": e.endpoint.token, "handle": e.handle, "single": e.single}
-                for e in self._envs.values() if e.state != "ended" and e.handle is not None}
-        data = {"port": self._server.port, "url": self._url, "envs": envs}
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+                for e in self._envs.values() if e.state != "ended" and e.machine is None}
+        data = {"platform": self.platform, "port": self._server.port, "url": self._url, "envs": envs,
+                "left": left or bool(envs)}
+        _write_private(path, data)
 
     def _load(self) -> dict[str, Any]:
         path = self._state_path
@@ -232,6 +246,7 @@ class ClusterService(Configured, Machines):
                                "(a ServiceContext)")
         if self._machines:
             await self._start_on_machines()
+            self._save()  # the record says a manager ran here: `nnix stop` looks for agents it may leave behind
             return
         await self.launcher.prepare()  # first: some engines learn the address environments reach us at
         advertise = self._advertise or self.launcher.advertise_host or _guess_host()
@@ -252,13 +267,16 @@ class ClusterService(Configured, Machines):
             self._server = AgentServer(host=bind, port=0, heartbeat=heartbeat, poll_wait=20.0, clock=self._clock)
             await self._server.start()
         self._url = f"http://{advertise}:{self._server.port}"
-        for env_id, info in (saved.get("envs") or {}).items():
-            if not isinstance(info, dict) or not info.get("handle"):
+        envs = saved.get("envs")
+        for env_id, info in (envs.items() if isinstance(envs, dict) else []):
+            if not isinstance(info, dict) or not isinstance(info.get("token"), str) or not info["token"]:
                 continue
-            ep = self._server.register(env_id, self, token=str(info["token"]))
-            env = _Env(env_id, ep, bool(info.get("single")), launched_at=self._clock(), state="pending",
-                       handle=str(info["handle"]), adopted=True)
-            self._envs[env_id] = env
+            handle = info.get("handle")
+            ep = self._server.register(str(env_id), self, token=info["token"])
+            env = _Env(str(env_id), ep, bool(info.get("single")), launched_at=self._clock(), state="pending",
+                       handle=str(handle) if handle else None, adopted=True)
+            self._envs[env.env_id] = env
+        await self._adopt_recorded()
         if self._envs:
             log.info("%d %s environment(s) of the earlier manager may reconnect", len(self._envs), self.platform)
         self._settle_deadline = self._clock() + (self._lost_after if self._envs else 0.0)
@@ -266,9 +284,90 @@ class ClusterService(Configured, Machines):
         self._save()
         self._monitor = asyncio.create_task(self._watch())
 
+    async def _adopt_recorded(self) -> None:
+        """Resume: each environment the earlier manager recorded is taken over as the engine has it (started now if
+        that manager died before its agent was started), or dropped when the engine has no such environment (never
+        submitted, or gone); an environment recorded before the engine gave its handle is found by its name. None is
+        ever counted as a failed start (nnix.services.launcher.Reclaiming)."""
+        adopted = [e for e in self._envs.values() if e.adopted and e.state != "ended"]
+        if not adopted:
+            return
+        if not isinstance(self.launcher, Reclaiming):
+            for env in adopted:
+                if env.handle is None:  # the engine cannot be asked: nothing to watch
+                    self._end_env(env, "its manager died before it was submitted")
+            return
+        for env in adopted:
+            request = EnvRequest(env.env_id, env.single, self._url, env.endpoint.token, self._agent_options)
+            try:
+                handle = await self.launcher.adopt(request, env.handle)
+            except Exception as e:  # the engine is asked again at each poll
+                log.warning("cannot take over %s environment %s (%s) of the earlier manager: %s", self.platform,
+                            env.env_id, env.handle, e)
+                if env.handle is None:
+                    self._end_env(env, f"not found: {e}")
+                continue
+            if handle is None:
+                log.info("%s environment %s (%s) of the earlier manager is not on the engine any more: dropped",
+                         self.platform, env.env_id, env.handle or "never submitted")
+                self._end_env(env, "not on the engine any more")
+                continue
+            if handle != env.handle:
+                log.info("%s environment %s of the earlier manager found as %s", self.platform, env.env_id, handle)
+            env.handle = handle
+
+    @classmethod
+    async def reclaim(cls, config: ExperimentConfig, context: ServiceContext,
+                      trials: Sequence[LeftTrial] = ()) -> list[str]:
+        """Without a manager (``nnix stop`` / ``nnix experiment delete`` of an experiment whose manager died): stop
+        every environment the experiment still has on its engine, found by the engine (names, labels) and in the
+        record; its trials end with it. Returns what was stopped, in words (one line per engine); the record is
+        then emptied (nnix.services.base.Reclaims)."""
+        path = context.experiment_dir / RECORD
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = {}
+        record = record if isinstance(record, dict) else {}
+        launcher = cls.make_launcher(config, context)
+        if not isinstance(launcher, Reclaiming):
+            return []
+        recorded = record.get("envs")
+        recorded = recorded if isinstance(recorded, dict) else {}
+        try:
+            await launcher.open_engine()
+            found = await launcher.environments()
+            handles = dict(found)
+            for env_id, info in recorded.items():
+                if isinstance(info, dict) and info.get("handle") and env_id not in handles:
+                    handles[str(env_id)] = str(info["handle"])
+            stopped, problems = [], []
+            for env_id, handle in sorted(handles.items()):
+                try:
+                    await launcher.stop(handle)
+                except Exception as e:
+                    problems.append(f"{handle}: {e}")
+                    continue
+                if env_id in found:
+                    stopped.append(handle)
+        finally:
+            with contextlib.suppress(Exception):
+                await launcher.close()
+        if not problems:
+            record.update(envs={}, left=False)
+            with contextlib.suppress(OSError):
+                _write_private(path, record)
+        out = []
+        if stopped:
+            out.append(f"{cls.platform}: cancelled {len(stopped)} environment(s) ({', '.join(stopped)})")
+        if problems:
+            out.append(f"{cls.platform}: could not cancel {'; '.join(problems)}")
+        return out
+
     async def close(self, kill_trials: bool) -> None:
         if self._machines:
             await self._close_machines(kill_trials)
+            self._save(left=any(not e.dead and (e.trials or not e.stopping) for e in self._envs.values()))
             return
         self._closing = True
         if self._monitor is not None:
@@ -292,9 +391,15 @@ class ClusterService(Configured, Machines):
             deadline = self._clock() + (self._kill_grace + 2.0 if kill_trials else 1.0)
             while self._clock() < deadline and any(not e.shutdown_delivered() for e in stops if e.state == "ready"):
                 await asyncio.sleep(0.05)
+        if any(e.handle is None for e in stops) and isinstance(self.launcher, Reclaiming):
+            # submissions cut short by the closing: the engine may have them all the same (found by their names)
+            with contextlib.suppress(Exception):
+                found = await self.launcher.environments()
+                for e in stops:
+                    e.handle = e.handle or found.get(e.env_id)
         await asyncio.gather(*(self._stop_env(e, "the experiment's manager is closing") for e in stops),
                              return_exceptions=True)
-        self._save()
+        self._save(left=False)
         with contextlib.suppress(Exception):
             await self.launcher.close()
         if self._server is not None:
@@ -357,6 +462,8 @@ class ClusterService(Configured, Machines):
             env = _Env(env_id, ep, single=not self._reuse, launched_at=self._clock())
             self._envs[env_id] = env
             self._spawn(self._launch(env))
+        if want > 0:
+            self._save()  # before the engine hears of them: a manager killed meanwhile leaves a record of each
 
     async def _launch(self, env: _Env) -> None:
         request = EnvRequest(env.env_id, env.single, self._url, env.endpoint.token, self._agent_options)

@@ -667,6 +667,43 @@ class KubeLauncher(SharedStorageLayout):
         await asyncio.to_thread(self._delete, handle)
         self._final.setdefault(handle, EnvStatus("ended", "stopped by nnix", killed=True))
 
+    # --- environments no live manager knows (nnix.services.launcher.Reclaiming) -------------------------
+    async def adopt(self, request: EnvRequest, handle: str | None) -> str | None:
+        """The object of an earlier manager's environment: its agent reconnects by itself (its token is in its
+        Secret); one created but never recorded is found by its labels."""
+        if handle is not None:
+            return handle
+        return (await self.environments()).get(request.env_id)
+
+    async def open_engine(self) -> None:
+        await asyncio.to_thread(self._apis)
+
+    async def environments(self) -> dict[str, str]:
+        """``{environment id: object name}`` of whatever of this experiment the namespace holds, found by its label:
+        the objects, their pods and token Secrets (a Secret whose object was never created counts too)."""
+        return await asyncio.to_thread(self._environments)
+
+    def _environments(self) -> dict[str, str]:
+        from kubernetes import client
+
+        sel = f"{EXP_LABEL}={self.exp}"
+        r = self.resource
+        try:
+            found: list[Any] = []
+            if r is JOB:
+                found += client.BatchV1Api(self._apis()).list_namespaced_job(self.namespace, label_selector=sel).items
+            core = self._core()
+            found += core.list_namespaced_secret(self.namespace, label_selector=sel).items
+            found += core.list_namespaced_pod(self.namespace, label_selector=sel).items
+            items: list[dict[str, Any]] = [dict((o.metadata.labels if o.metadata else None) or {}) for o in found]
+            if r is not JOB:
+                listed: Any = client.CustomObjectsApi(self._apis()).list_namespaced_custom_object(
+                    r.group, r.version, self.namespace, r.plural, label_selector=sel)
+                items += [(o.get("metadata") or {}).get("labels") or {} for o in listed.get("items") or []]
+        except client.ApiException as e:
+            raise self._explain(e, f"listing the {r.plural} of experiment {self.exp}") from None
+        return {str(lab[ENV_LABEL]): self.object_name(str(lab[ENV_LABEL])) for lab in items if lab.get(ENV_LABEL)}
+
     async def close(self) -> None:
         await asyncio.to_thread(self._close)
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 
-__all__ = ["EnvRequest", "EnvStatus", "Host", "HostError", "HostLauncher", "Launcher"]
+__all__ = ["EnvRequest", "EnvStatus", "Host", "HostError", "HostLauncher", "Launcher", "Reclaiming"]
 
 
 class HostError(ServiceError):
@@ -224,3 +224,27 @@ class HostLauncher(Launcher, Protocol):
     def place(self, spec: TrialSpec, host: Any = None) -> TrialSpec: ...
 
     def output_location(self, spec: TrialSpec, host: Any = None) -> str: ...
+
+
+@runtime_checkable
+class Reclaiming(Protocol):
+    """The optional capability of a :class:`Launcher` to deal with environments no live manager knows: those a
+    killed manager left on the engine, whatever state they were in (submitted, starting, connected, finished).
+
+    * ``adopt(request, handle)``: a resumed manager takes over environment ``request.env_id`` of the earlier
+      manager, recorded with ``handle`` (None: that manager died before the engine told it). Returns the handle
+      when the engine still has the environment (and, where the earlier manager died before the agent in it was
+      started, starts it now as ``request`` says: its token, this manager's address), None when the engine has no
+      such environment any more (never submitted, or ended and forgotten): it is dropped, never counted as a
+      failed start;
+    * ``open_engine()``: get ready to call ``environments`` and ``stop`` without ``prepare`` (which stages files
+      and may start a cluster): ``nnix stop`` / ``nnix experiment delete`` of an experiment whose manager died;
+    * ``environments()``: ``{environment id: handle}`` of every environment of this experiment the engine still
+      runs or queues (found by the experiment's names or labels, so one never recorded is found too).
+    """
+
+    async def adopt(self, request: EnvRequest, handle: str | None) -> str | None: ...
+
+    async def open_engine(self) -> None: ...
+
+    async def environments(self) -> dict[str, str]: ...

@@ -847,6 +847,59 @@ class RayLauncher:
             self._watch(rec)
         return rec
 
+    # --- environments no live manager knows (nnix.services.launcher.Reclaiming) -------------------------
+    async def adopt(self, request: EnvRequest, handle: str | None) -> str | None:
+        """The actor of an earlier manager's environment, found by its name, its agent started now if that manager
+        died before the actor's ``start`` ran (it is idempotent: an agent already started is left as it is, and
+        reconnects by itself); None when the cluster has no such actor."""
+        if self._ray is None or self._loop is None or (self._private and self._head is None):
+            return None
+        ray = self._ray
+        log_path = str(self.log_path(request.env_id))
+        argv = [self._python, *request.agent_args()]
+
+        def find() -> _Actor | None:
+            try:
+                actor = ray.get_actor(request.env_id, namespace=self._namespace)
+            except ValueError:
+                return None
+            started = actor.start.remote(argv, request.agent_env(), log_path, self._kill_grace)
+            return _Actor(request.env_id, actor, started.future(), actor.wait.remote().future())
+
+        rec = await asyncio.to_thread(find)
+        if rec is None:
+            return None
+        old = self._actors.get(rec.handle)
+        if old is None or old.over:
+            self._actors[rec.handle] = rec
+            self._watch(rec)
+        return rec.handle
+
+    async def open_engine(self) -> None:
+        """Connect to the configured cluster, nothing more (a private head is ended as a whole by
+        :func:`nnix.services.rayhead.stop_recorded`: nothing to do here)."""
+        if self._private:
+            return
+        ray = _import_ray()
+        self._ray = ray
+        self._loop = asyncio.get_running_loop()
+        self._head_lock = asyncio.Lock()
+        if not ray.is_initialized():
+            await self._connect(ray, self._address)
+
+    async def environments(self) -> dict[str, str]:
+        """``{environment id: actor name}`` of the live actors of this experiment (its namespace)."""
+        if self._ray is None or (self._private and self._head is None):
+            return {}
+        ray = self._ray
+        namespace = self._namespace
+
+        def names() -> list[str]:
+            listed = ray.util.list_named_actors(all_namespaces=True)
+            return [str(a["name"]) for a in listed if isinstance(a, dict) and a.get("namespace") == namespace]
+
+        return {n: n for n in await asyncio.to_thread(names)}
+
     async def _pending_reason(self) -> str:
         demand = self.demand
         text = f"waiting for resources: {demand}"

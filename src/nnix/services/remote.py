@@ -57,13 +57,13 @@ Failures:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from nnix.agent.runner import RunnerEvent
 from nnix.errors import ServiceError
-from nnix.services.base import Emit, ServiceContext
+from nnix.services.base import Emit, LeftTrial, ServiceContext
 from nnix.services.cluster import ClusterService
 from nnix.services.fleet import AgentOptions
 from nnix.services.ssh import HostError, SshHost, SshLauncher
@@ -123,6 +123,14 @@ class RemoteService(ClusterService):
                 "trust_unknown_hosts": ts.trust_unknown_hosts, "known_hosts_file": ts.known_hosts_file,
                 "remote_work_dir": ts.remote_work_dir, "lost_host_policy": ts.lost_host_policy,
                 "lost_host_timeout": float(ts.lost_host_timeout), **options}
+
+    @classmethod
+    async def reclaim(cls, config: ExperimentConfig, context: ServiceContext,
+                      trials: Sequence[LeftTrial] = ()) -> list[str]:
+        """Without a manager: on each machine, the experiment's agents (which would retry for a day) and the trials
+        it left running there are killed (nnix.services.base.Reclaims; :meth:`SshLauncher.reclaim`)."""
+        service = cls.from_config(config, lambda _: None, context=context)
+        return await service.launcher.reclaim(trials)
 
     # --- `nnix platform clean` --------------------------------------------------------------------
     async def leftovers(self, remove: bool = False) -> list[tuple[str, list[str], str]]:

@@ -531,6 +531,31 @@ class SlurmLauncher:
             raise ServiceError(f"scancel {handle} failed: {res.message}", "check `squeue` and the Slurm controller")
         self._forget(handle)
 
+    # --- environments no live manager knows (nnix.services.launcher.Reclaiming) -------------------------
+    async def adopt(self, request: EnvRequest, handle: str | None) -> str | None:
+        """The job of an earlier manager's environment: its agent reconnects by itself (the job script has the
+        address and reads the token file); a job submitted but never recorded is found by its name."""
+        if handle is not None:
+            return handle
+        return (await self.environments()).get(request.env_id)
+
+    async def open_engine(self) -> None:
+        return None  # the Slurm commands need nothing opened
+
+    async def environments(self) -> dict[str, str]:
+        """``{environment id: job id}`` of this experiment's jobs Slurm still queues or runs (by the job name)."""
+        res = await self._cli("squeue", "-h", "-u", self._user, "-O", "JobID:|,State:|,Name:|")
+        if res.rc != 0:
+            raise ServiceError(f"squeue failed: {res.message}", "check `squeue` and the Slurm controller")
+        prefix = f"nnix-{self._experiment_id}-"
+        out = {}
+        for line in res.out.splitlines():
+            job, state, name = [*line.strip().split("|"), "", ""][:3]
+            if job and name.startswith(prefix) and describe_state(state).state != "ended":
+                out[name[len(prefix):]] = job
+                self._envs.setdefault(job, name[len(prefix):])
+        return out
+
     def place(self, spec: TrialSpec) -> TrialSpec:
         return replace(spec, output_dir=self._working_dir / "trials" / spec.trial_id)
 

@@ -568,6 +568,65 @@ class SshLauncher:
             raise HostError(f"cannot write the agent's connect file on {m.label}: {e}") from e
 
 
+    async def _work_dir_on(self, m: SshHost) -> str:
+        """``remoteWorkDir`` on the connected machine, ``~`` expanded."""
+        work = self._work_dir
+        if work == "~" or work.startswith("~/"):
+            home = _text((await self.run(m, 'printf %s "$HOME"')).stdout).strip()
+            work = home + work[1:]
+        return work
+
+    # kills the live agents of the experiment folder $root (SIGKILL: they would retry for a day) and the trial process
+    # groups named by "<trial> <pid> <start time>" lines on stdin whose process is still the one that started (field
+    # 22 of /proc/<pid>/stat); SIGTERM first, SIGKILL after 2 s. Prints "agent <env> <pid>" and "trial <id> <pid>"
+    _RECLAIM = (
+        'root={root}; for d in "$root"/envs/*/; do [ -f "$d/agent.pid" ] || continue; p=$(cat "$d/agent.pid"); '
+        'case "$p" in ""|*[!0-9]*) continue;; esac; kill -0 "$p" 2>/dev/null || continue; '
+        'grep -qa nnix.agent "/proc/$p/cmdline" 2>/dev/null || continue; kill -9 "$p" 2>/dev/null && '
+        'echo "agent $(basename "$d") $p"; done; groups=""; while read -r t p s; do '
+        'case "$p" in ""|*[!0-9]*) continue;; esac; '
+        'now=$(cut -d")" -f2- "/proc/$p/stat" 2>/dev/null | awk \'{{print $20}}\'); [ -n "$now" ] && '
+        '[ "$now" = "$s" ] || continue; kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; '
+        'echo "trial $t $p"; groups="$groups $p"; done; [ -n "$groups" ] || exit 0; i=0; while [ $i -lt 20 ]; do '
+        'left=""; for p in $groups; do kill -0 -- "-$p" 2>/dev/null && left="$left $p"; done; '
+        '[ -n "$left" ] || exit 0; sleep 0.1; i=$((i+1)); done; '
+        'for p in $groups; do kill -KILL -- "-$p" 2>/dev/null; done; exit 0'
+    )
+
+    async def reclaim(self, trials: Sequence[Any]) -> list[str]:
+        """Without a manager (``nnix stop`` / ``experiment delete`` after the manager died): on each machine, kill
+        this experiment's live agents and the ``trials`` (:class:`~nnix.services.base.LeftTrial`) recorded as running
+        there. One line per machine where something was done or could not be."""
+
+        async def one(m: SshHost) -> str:
+            mine = []
+            for t in trials:
+                where, _, path = str(t.output_dir).rpartition(":")
+                if where == m.key and t.pid and t.pid_start and path:
+                    mine.append(f"{t.trial_id} {int(t.pid)} {t.pid_start}")
+            try:
+                m.conn = await self.connect(m)
+                root = f"{await self._work_dir_on(m)}/{self._experiment_id}/{m.dir_name}"
+                assert m.conn is not None
+                r = await asyncio.wait_for(m.conn.run(self._RECLAIM.format(root=_q(root)), input="\n".join(mine) + "\n",
+                                                      check=False), 60)
+            except (ServiceError, OSError, TimeoutError, asyncssh.Error) as e:
+                why = e.message if isinstance(e, ServiceError) else (str(e) or type(e).__name__)
+                return (f"remote {m.label}: could not end what the experiment left there ({why}); its agents give up "
+                        "after 24 h without a manager")
+            finally:
+                self.drop(m)
+            words = [line.split() for line in _text(r.stdout).splitlines()]
+            agents = [w[1] for w in words if len(w) == 3 and w[0] == "agent"]
+            killed = [w[1] for w in words if len(w) == 3 and w[0] == "trial"]
+            if not agents and not killed:
+                return ""
+            parts = ([f"{len(agents)} agent(s) ({', '.join(agents)})"] if agents else []) + (
+                [f"{len(killed)} trial(s) ({', '.join(killed)})"] if killed else [])
+            return f"remote {m.label}: killed " + " and ".join(parts)
+
+        return [line for line in await asyncio.gather(*(one(m) for m in self._hosts)) if line]
+
     # under remoteWorkDir nnix leaves venvs/ (agent venvs) and <experiment id>/<host>_<port>/{envs,trials,...}:
     # only those are listed (a directory is an experiment's when one of its folders has envs/ or trials/)
     _LEFTOVERS = (
@@ -585,10 +644,7 @@ class SshLauncher:
         async def one(m: SshHost) -> tuple[str, list[str], str]:
             try:
                 m.conn = await self.connect(m)
-                work = self._work_dir
-                if work == "~" or work.startswith("~/"):
-                    home = _text((await self.run(m, 'printf %s "$HOME"')).stdout).strip()
-                    work = home + work[1:]
+                work = await self._work_dir_on(m)
                 found = await self.run(m, self._LEFTOVERS.format(work=_q(work)))
                 if found.exit_status not in (0, None):
                     return m.label, [], f"cannot list {work}: {_text(found.stderr).strip()}"
