@@ -198,3 +198,40 @@ def test_read_new_in_slices(tmp_path: Path) -> None:
             break
     assert got == list(range(101)) and calls > 5
     assert reader.read_new(limit=300) == [] and reader.at_eof
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "link to a fifo", "directory"])
+def test_a_channel_file_that_is_not_a_regular_file_is_never_read(tmp_path: Path, kind: str) -> None:
+    """A trial that replaces its channel with a FIFO (open() would wait for a writer forever), a link (to an endless
+    /dev/zero, or a FIFO in disguise) or a directory: nothing is read, at once, and said once."""
+    import os
+    import threading
+
+    path = tmp_path / "metrics.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        if kind == "link to a fifo":
+            os.mkfifo(tmp_path / "pipe")
+        path.symlink_to("/dev/zero" if "zero" in kind else tmp_path / "pipe")
+    reader = MetricReader(path)
+    got: list[object] = []
+    th = threading.Thread(target=lambda: got.append(reader.read_new(final=True)), daemon=True)
+    th.start()
+    th.join(10)
+    assert not th.is_alive(), "the reader blocked on the trial's channel file"
+    assert got == [[]] and reader.at_eof and reader.offset == 0
+    notice = reader.take_notice()
+    assert "metrics.jsonl is " in notice and "not a regular file" in notice and "not read" in notice
+    assert not reader.has_news()  # the same refused file: not opened again by the poller
+    assert reader.read_new() == [] and reader.take_notice() == ""  # said once
+    # the trial puts a real channel back: it is read from where the reader was
+    if path.is_dir():
+        path.rmdir()
+    else:
+        path.unlink()
+    path.write_bytes(_line(0, 0.5))
+    assert reader.has_news()
+    assert [m["value"] for _, m in reader.read_new()] == [0.5]

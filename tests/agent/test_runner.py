@@ -305,3 +305,111 @@ def test_a_trial_the_wrapper_ahead_cannot_take_starts_the_usual_way(tmp_path: Pa
 
     parent = _cgroup_parent()
     assert parent is not None and not any((parent / t).exists() for s in spares for t in s.values())
+
+
+# --- the trial's own files, made hostile ----------------------------------------------------------------------
+SWAP_FILES = (
+    "import os, sys\n"
+    "ch, out = os.environ['NNIX_TRIAL_CHANNEL'], os.environ['NNI_OUTPUT_DIR']\n"
+    "os.mkfifo(os.path.join(ch, 'metrics.jsonl'))\n"  # its channel: a FIFO nobody writes
+    "os.mkfifo(os.path.join(out, 'pipe'))\n"
+    "os.unlink(os.path.join(out, 'trial.stderr'))\n"
+    "os.symlink(os.path.join(out, 'pipe'), os.path.join(out, 'trial.stderr'))\n"  # a FIFO in disguise
+    "sys.exit(3)\n"
+)
+
+
+@pytest.mark.timeout(120)  # (before nnix.agent.safeopen the runner's loop blocked in open() for good)
+def test_a_trial_that_makes_its_files_fifos_gets_warnings_and_never_blocks_the_runner(tmp_path: Path) -> None:
+    events: list[RunnerEvent] = []
+    (tmp_path / "swap.py").write_text(SWAP_FILES)
+
+    async def main() -> None:
+        runner = TrialRunner(events.append, poll_interval=0.02, stream_output=True)
+        await runner.start(_spec(tmp_path, "T9", f"{sys.executable} swap.py"))
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "the trial's exit")
+        await runner.close(kill=True)
+
+    asyncio.run(main())
+    notices = [e.notice for e in events if isinstance(e, Metrics) and e.notice]
+    assert any(n.startswith("metrics.jsonl is a FIFO, not a regular file") for n in notices), notices
+    assert any(n.startswith("trial.stderr is a symbolic link") and "output is not sent" in n for n in notices)
+    assert any(n.startswith("trial.stderr is a symbolic link") and "exit reason" in n for n in notices)
+    assert len(notices) == len(set(notices)) == 3  # each said once
+    exited = events[-1]
+    assert isinstance(exited, Exited) and exited.exit_code == 3 and exited.stderr_tail == ""
+
+
+@pytest.mark.timeout(120)
+def test_attach_to_a_trial_whose_exit_code_file_is_a_fifo(tmp_path: Path) -> None:
+    out = tmp_path / "T10"
+    (out / CHANNEL_DIRNAME).mkdir(parents=True)
+    os.mkfifo(out / CHANNEL_DIRNAME / "exitcode")
+    os.mkfifo(out / CHANNEL_DIRNAME / "token")
+    events: list[RunnerEvent] = []
+
+    async def main() -> None:
+        runner = TrialRunner(events.append, poll_interval=0.02)
+        await runner.attach("T10", out, None, None, after_index=-1)  # it ended while nobody watched
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "its exit")
+
+    asyncio.run(main())
+    assert isinstance(events[-1], Exited) and events[-1].exit_code is None  # not read: unknown
+    assert read_exit_code(out / CHANNEL_DIRNAME) is None
+
+
+def test_a_backlog_is_read_a_slice_at_a_time_paced_by_the_receiver(tmp_path: Path) -> None:
+    """A trial that wrote much more than one poll reads (here 2 MB, ~40k lines, before anyone watched) is taken in
+    a bounded slice at a time: the runner waits for the receiver (``pace``) between slices, and the loop runs (other
+    coroutines make progress) while the backlog is read. Every line is delivered once, in order."""
+    from nnix.agent.runner import DRAIN_SLICE
+
+    out = tmp_path / "T11"
+    (out / CHANNEL_DIRNAME).mkdir(parents=True)
+    line = '{"type":"PERIODICAL","sequence":%d,"value":0.5}\n'
+    n = 40_000
+    (out / CHANNEL_DIRNAME / "metrics.jsonl").write_text("".join(line % k for k in range(n)))
+    (out / CHANNEL_DIRNAME / "exitcode").write_text("0\n")
+    events: list[RunnerEvent] = []
+    paced = other = 0
+    most_between = 0  # lines emitted between two paces, at most
+    since = 0
+
+    def emit(e: RunnerEvent) -> None:
+        nonlocal since, most_between
+        events.append(e)
+        if isinstance(e, Metrics):
+            since += len(e.items)
+            most_between = max(most_between, since)
+
+    async def pace() -> None:
+        nonlocal paced, since
+        paced += 1
+        since = 0
+        await asyncio.sleep(0)
+
+    async def main() -> None:
+        nonlocal other
+        runner = TrialRunner(emit, poll_interval=0.02, pace=pace)
+        done = asyncio.Event()
+
+        async def elsewhere() -> None:
+            nonlocal other
+            while not done.is_set():
+                other += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.ensure_future(elsewhere())
+        await runner.attach("T11", out, None, None, after_index=-1)
+        await wait_until_async(lambda: any(isinstance(e, Exited) for e in events), 60, "its exit")
+        done.set()
+        await task
+
+    asyncio.run(main())
+    got = [m["sequence"] for e in events if isinstance(e, Metrics) for _, m in e.items]
+    assert got == list(range(n))
+    per_slice = DRAIN_SLICE // len(line % 0) + 1
+    assert most_between <= per_slice  # never more than one slice ahead of the receiver
+    assert paced >= n // per_slice - 1
+    assert other >= paced // 2  # the loop ran between slices
+    assert isinstance(events[-1], Exited) and events[-1].exit_code == 0

@@ -401,3 +401,214 @@ def test_leftovers_of_a_trial_that_ended_while_no_manager_watched(tmp_path: Path
         assert t.status is TrialStatus.SUCCEEDED
         wait_until(lambda: not any(_live(p) for p in pids), 10, show=lambda: [p for p in pids if _live(p)])
         assert t.warnings == ["killed 2 leftover processes"]
+
+
+# --- channel and log files that are not regular files (FIFOs, links) --------------------------------------------
+
+SWAP = (
+    "def swap(path, kind):\n"
+    "    d = os.path.dirname(path)\n"
+    "    if os.path.lexists(path):\n"
+    "        os.unlink(path)\n"
+    "    if kind == 'fifo':\n"
+    "        os.mkfifo(path)\n"
+    "    elif kind == 'link to /dev/zero':\n"
+    "        os.symlink('/dev/zero', path)\n"
+    "    else:\n"  # a FIFO in disguise: a link to one
+    "        os.mkfifo(os.path.join(d, 'pipe'))\n"
+    "        os.symlink(os.path.join(d, 'pipe'), path)\n"
+)
+KINDS = ["fifo", "link to /dev/zero", "link to a fifo"]
+NOTICE = {"fifo": "metrics.jsonl is a FIFO, not a regular file",
+          "link to /dev/zero": "metrics.jsonl is a symbolic link", "link to a fifo": "metrics.jsonl is a symbolic link"}
+
+
+async def _rest(m: Any, path: str) -> Any:
+    """``GET path`` of the manager's REST app, served by this loop (what blocks the loop blocks this too)."""
+    app = create_app(m, read_only=True)
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]  # ApiApp takes scope as a dict
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        r = await c.get(path)
+        assert r.status_code == 200, (path, r.status_code, r.text)
+        return r.json()
+
+
+@pytest.mark.timeout(180)  # (before nnix.agent.safeopen a FIFO hung the manager's loop for good: this fails, not hangs)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_channel_made_a_fifo_or_a_link_is_its_trials_problem_only(tmp_path: Path, kind: str) -> None:
+    """The first trial reports a result, then replaces its metrics.jsonl with a FIFO or a link, and runs on. The
+    manager keeps answering, the trial gets a warning saying what its channel is, the other trial runs to its end
+    with all its results, and stop ends the experiment (killing the first trial)."""
+    flag = tmp_path / "swap"
+    body = (
+        SWAP
+        + "if os.environ['NNI_TRIAL_SEQ_ID'] == '0':\n"
+        "    nni.report_intermediate_result(1)\n"
+        f"    wait_for({str(flag)!r})\n"
+        f"    swap(os.path.join(os.environ['NNIX_TRIAL_CHANNEL'], 'metrics.jsonl'), {kind!r})\n"
+        "    time.sleep(300)\n"
+        "else:\n"
+        f"    wait_for({str(flag)!r})\n"
+        "    for i in range(3):\n        nni.report_intermediate_result(i)\n"
+        "    nni.report_final_result(0.5)\n"
+    )
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=_trial(tmp_path, body), maxTrialNumber=2,
+                           trialConcurrency=2)
+    m = manager_for(d, exit_when_done=False, kill_grace=1.0)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(m.run())
+        try:
+            def by_seq(seq: int) -> TrialState | None:
+                return next((t for t in m.state.trials.values() if t.sequence_id == seq), None)
+
+            await wait_until_async(lambda: (t := by_seq(0)) is not None and len(t.metrics) == 1, 60, "a first result")
+            flag.touch()
+            hostile = by_seq(0)
+            assert hostile is not None
+            await wait_until_async(lambda: hostile.warning_count >= 1, 60, "the warning",
+                                   show=lambda: hostile.warnings)
+            await wait_until_async(lambda: (t := by_seq(1)) is not None and t.status.is_terminal, 60, "the other trial")
+            detail = await _rest(m, f"/api/nnix/v1/trials/{hostile.trial_id}")  # the manager answers
+            assert detail["status"] == "RUNNING" and detail["warnings"] == 1
+            assert any(w.startswith(NOTICE[kind]) and "not read" in w for w in detail["warningMessages"]), detail
+            assert "status" in await _rest(m, "/api/v1/nni/check-status")
+            m.request_stop()
+            await asyncio.wait_for(task, 60)
+        finally:
+            if not task.done():
+                task.cancel()
+
+    try:
+        asyncio.run(main())
+    finally:
+        m.store.close()
+    st = read_state(d)
+    assert st.status is ExperimentStatus.STOPPED
+    first, other = sorted(st.trials.values(), key=lambda t: t.sequence_id)
+    assert first.status is TrialStatus.USER_CANCELED or first.status.is_terminal
+    assert [(x.sequence, x.value) for x in first.metrics] == [(0, 1)]
+    assert first.warning_count == 1  # said once, however often the poller looked
+    assert other.status is TrialStatus.SUCCEEDED and other.warning_count == 0
+    assert _periodical(other) == [(0, 0), (1, 1), (2, 2)] and _finals(other) == [0.5]
+
+
+@pytest.mark.timeout(180)
+def test_resume_with_a_fifo_channel_does_not_hang(tmp_path: Path) -> None:
+    """A manager goes away while the trial's channel is a FIFO; the resumed one re-attaches the trial (reading the
+    channel from its start) without blocking, warns once, and records the trial's end."""
+    flag, go = tmp_path / "swapped", tmp_path / "go"
+    body = (
+        SWAP
+        + "nni.report_intermediate_result(1)\n"
+        "swap(os.path.join(os.environ['NNIX_TRIAL_CHANNEL'], 'metrics.jsonl'), 'fifo')\n"
+        f"open({str(flag)!r}, 'w').close()\n"
+        f"wait_for({str(go)!r})\n"
+    )
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=_trial(tmp_path, body), maxTrialNumber=1)
+    detach_when(d, lambda: flag.exists() and any(t.warning_count for t in read_state(d).trials.values()), timeout=60)
+    go.touch()
+    st = run_experiment(d, action="resume", timeout=60)
+    t = _only(st)
+    assert st.status is ExperimentStatus.DONE and t.status is TrialStatus.SUCCEEDED
+    assert t.warning_count == 1 and t.warnings[0].startswith("metrics.jsonl is a FIFO")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", ["fifo", "link to a fifo"])
+def test_a_stderr_made_a_fifo_is_not_read_for_the_reason_nor_served(tmp_path: Path, kind: str) -> None:
+    """A failing trial whose trial.stderr is a FIFO (or a link to one) when it ends: the manager does not wait on it
+    for the exit reason (the trial FAILED with its exit code, and a warning), and REST refuses it at once."""
+    body = SWAP + f"swap(os.path.join(os.environ['NNI_OUTPUT_DIR'], 'trial.stderr'), {kind!r})\nsys.exit(7)\n"
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=_trial(tmp_path, body), maxTrialNumber=1)
+    st = run_experiment(d, timeout=60)
+    t = _only(st)
+    assert t.status is TrialStatus.FAILED and t.exit_code == 7 and "7" in t.message
+    what = "a FIFO" if kind == "fifo" else "a symbolic link"
+    assert t.warnings == [f"trial.stderr is {what}, not a regular file: not read for the trial's exit reason"]
+
+    async def served() -> None:
+        m = manager_for(d)
+        app = create_app(m, read_only=True)
+        try:
+            transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+                for url in (f"/api/nnix/v1/trials/{t.trial_id}/logs/stderr",
+                            f"/api/v1/nni/trial-file/{t.trial_id}/stderr"):
+                    r = await asyncio.wait_for(c.get(url), 30)
+                    assert r.status_code == 403 and "not served" in r.json()["error"], (url, r.text)
+                    assert what in r.json()["error"]
+                detail = (await c.get(f"/api/nnix/v1/trials/{t.trial_id}")).json()
+                assert detail["logs"]["stderr"] is None and detail["logs"]["stdout"] == 0
+        finally:
+            m.store.close()
+
+    asyncio.run(served())
+
+
+# --- a metric flood -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_a_metric_flood_is_taken_in_bounded_batches_and_capped(tmp_path: Path) -> None:
+    """One trial writes 30,000 results at once (much faster than they can be recorded). The manager takes them in a
+    bounded batch per turn of its loop (one store transaction each, never the whole backlog), its loop running
+    between batches (another coroutine makes progress); the trial reading waits for the manager (the inbox stays
+    small); beyond the per-trial cap the results are thinned out (at most about twice the cap kept) and the trial
+    says so; its final result is kept."""
+    from nnix.core.manager import INGEST_BATCH
+
+    n, cap = 30_000, 1_000
+    body = (
+        f"lines = ['{{\"type\":\"PERIODICAL\",\"sequence\":%d,\"value\":%d}}\\n' % (k, k) for k in range({n})]\n"
+        "for lo in range(0, len(lines), 1000):\n    raw(''.join(lines[lo:lo + 1000]).encode())\n"
+        "nni.report_final_result(0.25)\n"
+    )
+    _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=_trial(tmp_path, body), maxTrialNumber=1)
+    m = manager_for(d)
+    m.metric_cap = cap
+    appends: list[int] = []  # metric events per store transaction
+    turns_between: list[int] = []  # turns of another coroutine between two of them
+    turns = 0
+    inbox_most = 0
+    append = m.store.append
+
+    def counting(events: Any) -> Any:
+        nonlocal turns
+        k = sum(1 for e in events if type(e).__name__ == "MetricReported")
+        if k:
+            appends.append(k)
+            turns_between.append(turns)
+            turns = 0
+        return append(events)
+
+    m.store.append = counting  # type: ignore[method-assign]
+
+    def watch() -> None:
+        nonlocal inbox_most
+        inbox_most = max(inbox_most, sum(len(e.items) for e in m._inbox if isinstance(e, Metrics)))
+
+    m.subscribe(watch)
+
+    async def main() -> None:
+        nonlocal turns
+        task = asyncio.ensure_future(m.run())
+        while not task.done():
+            turns += 1
+            await asyncio.sleep(0)
+        await task
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 240))
+    finally:
+        m.store.close()
+    st = read_state(d)
+    t = _only(st)
+    assert t.status is TrialStatus.SUCCEEDED and _finals(t) == [0.25]
+    assert cap < t.n_inter <= 2 * cap + n // cap  # thinned out beyond the cap: about twice it at most
+    kept = [s for s, _ in _periodical(t)]
+    assert kept[:cap] == list(range(cap)) and kept == sorted(kept) and kept[-1] > n // 2  # spread over the series
+    assert t.warning_count == 1 and t.warnings[0].startswith(f"{cap:,} intermediate results recorded (the cap")
+    assert len(appends) > 10 and max(appends) <= INGEST_BATCH + 1_500  # bounded batches (+ one message at most)
+    assert all(k > 0 for k in turns_between[1:])  # the loop ran between every two of them
+    assert inbox_most <= 3 * INGEST_BATCH  # the trial's reader waited for the manager

@@ -13,7 +13,9 @@ Layout of a channel directory (its absolute path is given to the trial as ``NNIX
 Everything in the channel is written by the trial and is untrusted: :func:`metric_problem` is the one
 schema of a metric line, applied by the reader (agent side) and again by the manager (whatever an agent
 sends). A line that breaks it is skipped and reported (never raised), lines are at most
-:data:`MAX_LINE_BYTES` long, and the reader reads a bounded chunk per call.
+:data:`MAX_LINE_BYTES` long, and the reader reads a bounded chunk per call. The file is opened by
+:func:`nnix.agent.safeopen.open_regular` (never blocking, never through a link): a channel file the trial
+made a FIFO, a link or a directory is not read, and said once (:meth:`MetricReader.take_notice`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import json
 import logging
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
+from nnix.agent.safeopen import NotRegularFile, open_regular
 from nnix.trial import CHANNEL_ENV, MAX_METRIC_BYTES, METRICS_FILE, PARAMETER_FILE
 
 __all__ = [
@@ -175,6 +179,8 @@ class MetricReader:
         self._rejected: list[tuple[int, str]] = []
         self._rejected_count = 0
         self._rejected_last = -1
+        self._notice = ""  # what is wrong with the file, not yet taken
+        self._refused: tuple[int, int, int] | None = None  # (device, inode, mode) of the file refused last
 
     @property
     def offset(self) -> int:
@@ -195,6 +201,35 @@ class MetricReader:
         self._rejected, self._rejected_count, self._rejected_last = [], 0, -1
         return out
 
+    def take_notice(self) -> str:
+        """Why the channel file was not read ("metrics.jsonl is a FIFO, not a regular file: ..."), once per
+        refused file; "" when there is nothing new to say."""
+        out, self._notice = self._notice, ""
+        return out
+
+    def has_news(self) -> bool:
+        """Whether :meth:`read_new` may find something: one ``lstat``, no open. False when the file is absent, a
+        regular file no longer than what was read, or the same non-regular file that was refused already."""
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            return False
+        if stat.S_ISREG(st.st_mode):
+            return st.st_size != self._offset
+        return (st.st_dev, st.st_ino, st.st_mode) != self._refused
+
+    def _refuse(self, e: NotRegularFile) -> None:
+        try:
+            st = os.lstat(self.path)
+            key: tuple[int, int, int] | None = (st.st_dev, st.st_ino, st.st_mode)
+        except OSError:
+            key = None
+        if key is not None and key == self._refused:
+            return
+        self._refused = key
+        self._notice = f"{e}: its metrics are not read (the channel file must stay the file the trial appends to)"
+        _log.warning("%s: %s", self.path, self._notice)
+
     def _reject(self, index: int, reason: str) -> None:
         if self._rejected_count < REJECT_SAMPLE:
             _log.warning("%s line %d skipped: %s", self.path, index, reason)
@@ -208,7 +243,8 @@ class MetricReader:
         ``limit`` bytes read, or up to :data:`MAX_LINE_BYTES` + 1 when one line is longer than ``limit``).
         Never raises for what the file contains."""
         try:
-            with open(self.path, "rb") as f:
+            with open(open_regular(self.path), "rb") as f:
+                self._refused = None
                 size = os.fstat(f.fileno()).st_size
                 if size < self._offset:
                     _log.warning(
@@ -227,7 +263,11 @@ class MetricReader:
         except FileNotFoundError:
             self._at_eof = True
             return []
-        except OSError as e:  # a directory, a fifo, no permission: the trial broke its own channel
+        except NotRegularFile as e:  # a FIFO, a link, a directory: the trial broke its own channel
+            self._refuse(e)
+            self._at_eof = True
+            return []
+        except OSError as e:  # no permission...: the trial broke its own channel
             _log.warning("cannot read %s: %s", self.path, e)
             self._at_eof = True
             return []

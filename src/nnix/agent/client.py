@@ -62,6 +62,7 @@ log = logging.getLogger("nnix.agent")
 
 EXIT_OK, EXIT_ERROR, EXIT_TOKEN, EXIT_VERSION, EXIT_GAVE_UP = 0, 1, 2, 3, 4
 MAX_BATCH = 500
+OUTBOX_PACE = 2 * MAX_BATCH  # messages waiting for the manager beyond which the runner reads no more metrics
 # Metrics and exits a manager acknowledged in the last RECENT_S seconds before the connection was lost are
 # sent again on reconnect (at most RECENT_MAX of them): a manager killed right after acknowledging them may
 # not have written them yet. A manager that did write them skips them (same seq, or the same channel line).
@@ -203,7 +204,7 @@ class AgentClient:
         self._pid_file = pid_file
         self._clock = clock
         self._runner = TrialRunner(self._on_event, poll_interval=poll_interval, kill_grace=kill_grace,
-                                   stream_output=stream_output)
+                                   stream_output=stream_output, pace=self._outbox_room)
         self._kill_grace = kill_grace
         self._kills: set[asyncio.Task[Any]] = set()
         self._instance = secrets.token_hex(8)
@@ -218,6 +219,7 @@ class AgentClient:
         self._poll_wait = 20.0
         self._environment_id = ""
         self._wake_send = asyncio.Event()
+        self._room = asyncio.Event()  # set when the manager acknowledged messages (see _outbox_room)
         self._wake_connect = asyncio.Event()
         self._done = asyncio.Event()
         self._exit_code = EXIT_OK
@@ -234,6 +236,14 @@ class AgentClient:
             self._unreported.add(event.trial_id)
         self._enqueue(event)
         self._check_single_done()
+
+    async def _outbox_room(self) -> None:
+        """What the runner awaits before it reads more of a trial's metrics: a trial writing faster than the
+        manager takes its lines in (or while it cannot be reached) waits in its channel file, not in this
+        process's memory."""
+        while len(self._outbox) > OUTBOX_PACE:
+            self._room.clear()
+            await self._room.wait()
 
     def _enqueue(self, message: Message) -> None:
         self._seq += 1
@@ -254,6 +264,7 @@ class AgentClient:
             if env["type"] in ("metrics", "exited"):
                 self._recent.append((now, env))
         self._outbox = keep
+        self._room.set()
         self._check_single_done()
 
     def _send_recent_again(self) -> None:

@@ -33,7 +33,7 @@ class TrialCommands:
                                          command.pid_start, command.after_index)
             else:  # already watched: the manager says what it has; send again what it misses
                 _log.info("trial %s: sending again its metrics after line %d", command.trial_id, command.after_index)
-                self.runner.resend(command.trial_id, command.after_index)
+                await self.runner.resend(command.trial_id, command.after_index)
             return None
         await self.runner.kill(command.trial_id)
         return None

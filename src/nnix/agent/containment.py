@@ -37,6 +37,8 @@ import signal
 import time
 from pathlib import Path
 
+from nnix.agent.safeopen import read_at_most
+
 TOKEN_ENV = "NNIX_TRIAL_TOKEN"
 CGROUP_ENV = "NNIX_TRIAL_CGROUP"
 MODE_ENV = "NNIX_CONTAINMENT"  # "auto" (default): cgroup where possible, else marker; "marker": never cgroup
@@ -195,8 +197,8 @@ class Containment:
     def load(cls, channel: Path) -> Containment | None:
         """The containment of a trial started by an earlier process (re-attach), None if unknown."""
         try:
-            token = (channel / TOKEN_FILE).read_text(errors="replace")[:64].strip()
-        except OSError:
+            token = read_at_most(channel / TOKEN_FILE, 64).decode("ascii", "replace").strip()
+        except OSError:  # (also a FIFO or a link the trial put there: never opened, see nnix.agent.safeopen)
             return None
         if not _TOKEN_RE.fullmatch(token):  # written by the trial's side: check it
             return None
@@ -261,7 +263,7 @@ class Containment:
     def reported_leftovers(self) -> int:
         """What the wrapper counted (a number the trial could have written: bounded, or 0)."""
         try:
-            text = (self.channel / LEFTOVERS_FILE).read_text(errors="replace")[:16].strip()
+            text = read_at_most(self.channel / LEFTOVERS_FILE, 16).decode("ascii", "replace").strip()
         except OSError:
             return 0
         return int(text) if text.isdigit() and int(text) < 1_000_000 else 0

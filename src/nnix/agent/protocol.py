@@ -144,6 +144,7 @@ def decode(envelope: Any) -> tuple[int, Message]:
                 [(_line_index(i), str(why)[:300]) for i, why in rejected[:REJECT_SAMPLE]],
                 _count(body.get("rejected_count", 0)),
                 _line_index(body.get("rejected_last", -1), allow_none=True),
+                str(body.get("notice") or "")[:300],
             )
         if cls is Exited and "leftovers" in body:
             body = {**body, "leftovers": _count(body["leftovers"])}

@@ -25,6 +25,8 @@ import os
 import re
 import signal as _signal
 
+from nnix.agent.safeopen import read_tail as safe_tail
+
 TAIL_BYTES = 16 * 1024  # how much of the end of trial.stderr is read and sent with an exit
 MAX_DETAIL = 240  # characters of stderr detail kept in the one-line reason
 SHORT_LINE = 24  # a last line shorter than this is shown with the line before it
@@ -42,14 +44,10 @@ _BOX = "│╭╮╰╯─┃━┏┓┗┛"
 
 
 def read_tail(path: str | os.PathLike[str], max_bytes: int = TAIL_BYTES) -> str:
-    """The last ``max_bytes`` of a file as text (starting at a line boundary when it was cut), or ""."""
+    """The last ``max_bytes`` of a file as text (starting at a line boundary when it was cut), or "" (also when
+    it is not a regular file: a trial's FIFO or link is never opened, see :mod:`nnix.agent.safeopen`)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            start = max(0, size - max_bytes)
-            f.seek(start)
-            data = f.read(max_bytes)
+        data, start = safe_tail(path, max_bytes)
     except OSError:
         return ""
     if start > 0:

@@ -12,6 +12,13 @@ A trial runs as ``bash -c`` in its own session (its own process group), so that
 
 The runner reports what happens through ``emit``: :class:`Started`, :class:`Metrics`,
 :class:`Exited`. ``Exited`` always comes after the trial's last metrics have been emitted.
+
+Every file the trial can write (its channel, ``exitcode``, ``trial.stdout``/``trial.stderr``) is read through
+:func:`nnix.agent.safeopen.open_regular`: a FIFO, a link or a directory in its place is never opened for
+reading (nothing blocks), and the trial gets a warning (:attr:`Metrics.notice`). Metric lines are read a
+bounded slice at a time, the loop running between slices; where the receiver can say when it has taken them in
+(``pace``, see :class:`Paced`) the runner waits for it before reading more, so that a trial writing faster than
+its lines are recorded waits in its own file, not in memory.
 """
 
 from __future__ import annotations
@@ -24,14 +31,16 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from nnix.agent.channel import CHANNEL_ENV, READ_CHUNK, MetricReader, write_parameter
+from nnix.agent.channel import CHANNEL_ENV, MetricReader, write_parameter
 from nnix.agent.containment import CGROUP_ENV, JOIN, REAP, TOKEN_ENV, Containment, release_cgroup
-from nnix.agent.reason import TAIL_BYTES, read_tail
+from nnix.agent.reason import TAIL_BYTES
+from nnix.agent.safeopen import NotRegularFile, open_regular, read_at_most
+from nnix.agent.safeopen import read_tail as read_tail_bytes
 from nnix.errors import ServiceError
 from nnix.trial import shim_path
 
@@ -94,6 +103,9 @@ class Metrics:
     rejected: list[tuple[int, str]] = field(default_factory=list)
     rejected_count: int = 0
     rejected_last: int = -1
+    # what is wrong with one of the trial's files (its channel a FIFO, its stderr a link...): a warning on the
+    # trial, given once; "" when nothing is (a message may carry only this)
+    notice: str = ""
 
     @property
     def last_line(self) -> int:
@@ -133,6 +145,17 @@ class Requeued:
 
 
 RunnerEvent = Started | Metrics | Exited | Requeued | Output
+
+
+@runtime_checkable
+class Paced(Protocol):
+    """An ``emit`` that can say when it has taken in what it was given (the manager's
+    :class:`~nnix.core.manager.ServiceEvents`): ``await caught_up()`` returns once its backlog of metric lines is
+    small again. A runner given it (``pace``) reads a trial's channel no faster than the lines are recorded."""
+
+    def __call__(self, event: RunnerEvent) -> None: ...
+
+    async def caught_up(self) -> None: ...
 
 
 async def committed(emit: Callable[[RunnerEvent], None]) -> None:
@@ -192,8 +215,8 @@ def _pgid(pid: int) -> int | None:
 
 
 def read_exit_code(channel: Path) -> int | None:
-    try:
-        text = (channel / "exitcode").read_text()
+    try:  # (the trial can write its channel: a FIFO or a link there is not read)
+        text = read_at_most(channel / "exitcode", 32).decode("ascii", "replace")
     except OSError:
         return None
     if not text.endswith("\n"):
@@ -207,6 +230,8 @@ def read_exit_code(channel: Path) -> int | None:
 OUTPUT_CHUNK = 64 * 1024
 OUTPUT_CAP = 8 * 1024 * 1024
 READ_SLICE = 8 * 1024  # bytes of a trial's metrics channel read per poll while it runs (then at once again)
+TICK_BYTES = 64 * 1024  # bytes of channels read at most per round of the poller, all trials together
+DRAIN_SLICE = 64 * 1024  # bytes of a channel read per step while catching up (an ended or re-attached trial)
 
 
 def _still_running(run: _Running) -> bool:
@@ -217,8 +242,23 @@ def _still_running(run: _Running) -> bool:
 
 def stderr_tail(output_dir: Path, max_bytes: int = TAIL_BYTES) -> str:
     """The end of the trial's ``trial.stderr`` (sent with its exit; :func:`nnix.agent.reason.exit_reason`
-    makes the one-line reason of it)."""
-    return read_tail(output_dir / "trial.stderr", max_bytes)
+    makes the one-line reason of it); "" when there is none, or it is not a regular file."""
+    return _stderr_tail(output_dir, max_bytes)[0]
+
+
+def _stderr_tail(output_dir: Path, max_bytes: int = TAIL_BYTES) -> tuple[str, str]:
+    """``(tail, notice)``: the tail as :func:`stderr_tail`; the notice says why it was not read, when the trial
+    made its stderr file a FIFO, a link or a directory."""
+    try:
+        data, start = read_tail_bytes(output_dir / "trial.stderr", max_bytes)
+    except NotRegularFile as e:
+        return "", f"{e}: not read for the trial's exit reason"
+    except OSError:
+        return "", ""
+    if start > 0:  # cut: start at a line boundary
+        cut = data.find(b"\n")
+        data = data[cut + 1 :] if 0 <= cut < len(data) - 1 else data
+    return data.decode("utf-8", errors="replace"), ""
 
 
 class _Child:
@@ -313,6 +353,7 @@ class _Running:
     leftovers: int = 0
     skip_upto: int = -1  # channel lines up to this one were recorded already (re-attach)
     sent: dict[str, int] = field(default_factory=dict)  # output streaming: bytes sent per stream
+    refused: dict[str, tuple[int, int]] = field(default_factory=dict)  # output streaming: stream -> (dev, ino)
 
 
 @dataclass(eq=False, repr=False)
@@ -323,6 +364,9 @@ class TrialRunner:
     kill_grace: float = 5.0
     shell: str = "/bin/bash"
     stream_output: bool = False
+    # awaited after metric lines were emitted, before more are read: returns once the receiver took them in (see
+    # Paced); None: the runner only lets the loop run between slices
+    pace: Callable[[], Awaitable[None]] | None = None
     _running: dict[str, _Running] = field(default_factory=dict, init=False)
     _ticker: asyncio.Task[None] | None = field(default=None, init=False)
     # trials that ended here: their metric channel and how many lines were sent, so that lines an
@@ -456,13 +500,14 @@ class TrialRunner:
         run = _Running(trial_id, pid or -1, output_dir, reader, None, containment=Containment.load(channel))
         self._running[trial_id] = run
         run.skip_upto = after_index
-        self._drain(run)
+        self._drain(run, limit=DRAIN_SLICE)  # (the rest as its watcher polls, a slice at a time)
         alive = pid is not None and pid_start is not None and process_start_token(pid) == pid_start
         run.task = asyncio.create_task(self._watch_foreign(run, alive))
 
-    def resend(self, trial_id: str, after_index: int) -> None:
+    async def resend(self, trial_id: str, after_index: int) -> None:
         """Emit again the metrics of a watched trial after channel line ``after_index`` that were already
-        sent (a manager that crashed may have acknowledged lines it never recorded)."""
+        sent (a manager that crashed may have acknowledged lines it never recorded): read a slice at a time,
+        as the channel is while the trial runs."""
         run = self._running.get(trial_id)
         if run is not None:
             path, done = run.reader.path, run.reader.line_index
@@ -471,13 +516,14 @@ class TrialRunner:
         else:
             return
         reader = MetricReader(path)
-        items: list[tuple[int, dict[str, Any]]] = []
         while reader.line_index < done:
-            items += [(i, m) for i, m in reader.read_new(final=True) if after_index < i < done]
-            if reader.at_eof:
+            before = reader.offset
+            items = [(i, m) for i, m in reader.read_new(final=True, limit=DRAIN_SLICE) if after_index < i < done]
+            if items:
+                self.emit(Metrics(trial_id, items))
+            if reader.at_eof or reader.offset == before:
                 break
-        if items:
-            self.emit(Metrics(trial_id, items))
+            await self._paced()
 
     async def kill(self, trial_id: str) -> None:
         """SIGTERM the trial's process group and every other process of the trial (its containment),
@@ -538,21 +584,45 @@ class TrialRunner:
             self._ticker = None
 
     # --- internals ---------------------------------------------------------------------------
-    def _drain(self, run: _Running, final: bool = False, limit: int = READ_CHUNK) -> None:
-        """Emit the channel's new lines: one chunk of at most ``limit`` bytes, or everything when ``final`` (the
-        trial is over: a last line without its newline counts too)."""
+    def _drain(self, run: _Running, final: bool = False, limit: int = READ_SLICE) -> bool:
+        """Emit the channel's new lines: one slice of at most ``limit`` bytes (``final``: the trial is over, a last
+        line without its newline counts too). True when a message was emitted."""
         skip_upto = run.skip_upto
-        while True:
-            items = [(i, m) for i, m in run.reader.read_new(final=final, limit=limit) if i > skip_upto]
-            sample, count, last = run.reader.take_rejected()
-            if last <= skip_upto:
-                sample, count, last = [], 0, -1
-            if items or count:
-                self.emit(Metrics(run.spec_id, items, sample, count, last))
-            if not final or run.reader.at_eof:
-                break
+        items = [(i, m) for i, m in run.reader.read_new(final=final, limit=limit) if i > skip_upto]
+        sample, count, last = run.reader.take_rejected()
+        if last <= skip_upto:
+            sample, count, last = [], 0, -1
+        notice = run.reader.take_notice()
+        emitted = bool(items or count or notice)
+        if emitted:
+            self.emit(Metrics(run.spec_id, items, sample, count, last, notice))
         if self.stream_output:
             self._stream_output(run)
+        return emitted
+
+    async def _paced(self) -> None:
+        """Let the loop run, and wait until the receiver took in what was emitted (``pace``), before reading on."""
+        if self.pace is None:
+            await asyncio.sleep(0)
+            return
+        try:
+            await self.pace()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # (the manager halted: it records nothing more; reading on costs nothing it keeps)
+            await asyncio.sleep(0)
+
+    async def _catch_up(self, run: _Running, final: bool = False, most: int | None = None) -> None:
+        """Emit the channel's new lines a slice (DRAIN_SLICE) at a time, the loop running (and the receiver taking
+        each in) between slices: to the end of the file, or about ``most`` bytes. ``final``: the trial is over."""
+        done = 0
+        while True:
+            await self._paced()  # (what was emitted before, by the poller or the last slice, is taken in first)
+            before = run.reader.offset
+            self._drain(run, final=final, limit=DRAIN_SLICE)
+            done += run.reader.offset - before
+            if run.reader.at_eof or run.reader.offset == before or (most is not None and done >= most):
+                return
 
     async def _cleanup(self, run: _Running) -> int:
         """After the trial's command ended: kill and count what is left of it (see containment)."""
@@ -579,31 +649,49 @@ class TrialRunner:
         for stream in ("stdout", "stderr"):
             path = run.output_dir / f"trial.{stream}"
             try:
-                size = path.stat().st_size
+                st = os.lstat(path)
             except OSError:
                 continue
-            while True:
-                sent = run.sent.get(stream, 0)
-                if size <= sent:
-                    break
-                start = sent
-                if sent >= OUTPUT_CAP:
-                    if running:
-                        break
-                    start = max(sent, size - OUTPUT_CHUNK)
-                try:
-                    room = OUTPUT_CAP - start if start < OUTPUT_CAP else size  # never past the cap mid-stream
-                    with open(path, "rb") as f:
-                        f.seek(start)
-                        data = f.read(min(OUTPUT_CHUNK, size - start, room))
-                except OSError:
-                    break
-                if not data:
-                    break
-                run.sent[stream] = start + len(data)
-                self.emit(Output(run.spec_id, stream, start, base64.b64encode(data).decode("ascii")))
+            if (st.st_dev, st.st_ino) == run.refused.get(stream):
+                continue  # refused already (a FIFO, a link...): said once
+            try:
+                fd = open_regular(path)
+            except NotRegularFile as e:
+                run.refused[stream] = (st.st_dev, st.st_ino)
+                self.emit(Metrics(run.spec_id, [], notice=f"{e}: its output is not sent to the manager"))
+                continue
+            except OSError:
+                continue
+            try:
+                self._send_output(run, stream, fd, running)
+            finally:
+                os.close(fd)
+
+    def _send_output(self, run: _Running, stream: str, fd: int, running: bool) -> None:
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            return
+        while True:
+            sent = run.sent.get(stream, 0)
+            if size <= sent:
+                break
+            start = sent
+            if sent >= OUTPUT_CAP:
                 if running:
                     break
+                start = max(sent, size - OUTPUT_CHUNK)
+            room = OUTPUT_CAP - start if start < OUTPUT_CAP else size  # never past the cap mid-stream
+            try:
+                data = os.pread(fd, min(OUTPUT_CHUNK, size - start, room), start)
+            except OSError:
+                break
+            if not data:
+                break
+            run.sent[stream] = start + len(data)
+            self.emit(Output(run.spec_id, stream, start, base64.b64encode(data).decode("ascii")))
+            if running:
+                break
 
     def _ensure_ticker(self) -> None:
         if self._ticker is None or self._ticker.done():
@@ -612,45 +700,65 @@ class TrialRunner:
     async def _tick(self) -> None:
         """One poller for every trial this runner started (not one timer per trial): each ``poll_interval`` it
         reads the channels that grew. A trial reporting faster than that is read a slice at a time and read
-        again at once, so that one poll never holds the manager's loop for long. Ends when no trial runs."""
+        again at once, at most TICK_BYTES per round for all trials together (each round starting one trial
+        further, so that every trial gets its turn), and the receiver takes in what a round read before the next
+        one (``pace``): one poll never holds the manager's loop for long, and a flood waits in its file. Ends
+        when no trial runs."""
+        start = 0
         while self._running:
-            behind = False
-            for run in list(self._running.values()):
+            behind = emitted = False
+            runs = list(self._running.values())
+            start = start % len(runs)
+            budget = TICK_BYTES
+            for run in runs[start:] + runs[:start]:
                 if run.proc is None or run.proc.returncode is not None:
                     continue  # re-attached (its own watcher polls) or ended (its watcher drains it to the end)
-                if run.reader.at_eof and not self.stream_output:
-                    try:
-                        if os.stat(run.reader.path).st_size == run.reader.offset:
-                            continue  # nothing new: one stat, no open
-                    except OSError:
-                        continue
-                self._drain(run, limit=READ_SLICE)
+                if budget <= 0:
+                    behind = True
+                    break
+                if run.reader.at_eof and not self.stream_output and not run.reader.has_news():
+                    continue  # nothing new: one lstat, no open
+                before = run.reader.offset
+                emitted = self._drain(run, limit=min(READ_SLICE, budget)) or emitted
+                budget -= max(run.reader.offset - before, 1)
                 behind = behind or not run.reader.at_eof
+            start += 1
+            if emitted:
+                await self._paced()
             await asyncio.sleep(0 if behind else self.poll_interval)
+
+    def _tail(self, run: _Running, wanted: bool) -> str:
+        """The stderr tail sent with the exit (when ``wanted``); a stderr the trial made a FIFO or a link is not
+        read, and the trial gets a warning about it."""
+        if not wanted:
+            return ""
+        tail, notice = _stderr_tail(run.output_dir)
+        if notice:
+            self.emit(Metrics(run.spec_id, [], notice=notice))
+        return tail
 
     async def _watch(self, run: _Running) -> None:
         assert run.proc is not None
         self._ensure_ticker()
         code = await run.proc.wait()
         leftovers = await self._cleanup(run)
-        self._drain(run, final=True)
+        await self._catch_up(run, final=True)
         self._running.pop(run.spec_id, None)
         self._ended[run.spec_id] = (run.reader.path, run.reader.line_index)
         if code < 0:
-            self.emit(Exited(run.spec_id, None, -code, stderr_tail(run.output_dir), leftovers=leftovers))
+            self.emit(Exited(run.spec_id, None, -code, self._tail(run, True), leftovers=leftovers))
         else:
-            self.emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "",
-                              leftovers=leftovers))
+            self.emit(Exited(run.spec_id, code, None, self._tail(run, code != 0), leftovers=leftovers))
 
     async def _watch_foreign(self, run: _Running, alive: bool) -> None:
         if alive:
             await self._wait_foreign(run.pid, run)
         leftovers = await self._cleanup(run)
-        self._drain(run, final=True)
+        await self._catch_up(run, final=True)
         self._running.pop(run.spec_id, None)
         self._ended[run.spec_id] = (run.reader.path, run.reader.line_index)
         code = read_exit_code(run.output_dir / CHANNEL_DIRNAME)
-        self.emit(Exited(run.spec_id, code, None, stderr_tail(run.output_dir) if code else "", leftovers=leftovers))
+        self.emit(Exited(run.spec_id, code, None, self._tail(run, bool(code)), leftovers=leftovers))
 
     async def _wait_foreign(self, pid: int, run: _Running) -> None:
         loop = asyncio.get_running_loop()
@@ -668,13 +776,15 @@ class TrialRunner:
             loop.add_reader(fd, _readable)
             try:
                 while True:
-                    done, _ = await asyncio.wait({gone}, timeout=self.poll_interval)
-                    self._drain(run)
+                    wait = self.poll_interval if run.reader.at_eof else 0
+                    done, _ = await asyncio.wait({gone}, timeout=wait)
+                    if not run.reader.at_eof or self.stream_output or run.reader.has_news():
+                        await self._catch_up(run, most=TICK_BYTES)
                     if done:
                         return
             finally:
                 loop.remove_reader(fd)
                 os.close(fd)
         while _group_alive(pid) or os.path.exists(f"/proc/{pid}"):
-            self._drain(run)
-            await asyncio.sleep(self.poll_interval)
+            await self._catch_up(run, most=TICK_BYTES)
+            await asyncio.sleep(self.poll_interval if run.reader.at_eof else 0)

@@ -9,10 +9,12 @@ would block a reader forever) or a device. The rules, applied by :func:`open_tri
   the experiment's directory and the file is followed, and a path swapped while it is opened cannot
   escape. A trial directory outside the experiment's directory (a shared file system configured as the
   trial's output) is opened with ``O_NOFOLLOW`` on its last component.
-- The file itself is opened with ``O_NOFOLLOW | O_NONBLOCK`` relative to that directory, and served only
-  if the opened descriptor is a regular file with a single hard link. **Every symbolic link is refused,
-  even one pointing at a file inside the trial's directory** (what it points at can change between any
-  check and the read; a trial that wants a file served writes it under the served name).
+- The file itself is opened relative to that directory by :func:`nnix.agent.safeopen.open_regular` (the one
+  helper every reader of a trial-written file uses: ``O_NOFOLLOW | O_NONBLOCK``, then ``fstat``), and served
+  only if the opened descriptor is a regular file with a single hard link: a FIFO never blocks the reader, it
+  is refused like a device or a socket. **Every symbolic link is refused, even one pointing at a file inside
+  the trial's directory** (what it points at can change between any check and the read; a trial that wants a
+  file served writes it under the served name).
 - A refusal is a 403 naming the file and the rule; an absent file is ``None`` (each route says what
   that means for it).
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import stat
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +34,12 @@ from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
+from nnix.agent.safeopen import NotRegularFile, open_regular
 from nnix.api.common import JSON, ApiError
 
 CHUNK = 256 * 1024  # bytes read and sent at once
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
 @dataclass
@@ -106,25 +107,21 @@ def open_trial_file(folder: Path, exp_dir: Path, name: str, what: str) -> OpenFi
     if dfd is None:
         return None
     try:
-        try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dfd)
-        except FileNotFoundError:
-            return None
-        except OSError as e:  # ELOOP: a symbolic link; EISDIR, ENXIO (a socket)...
-            raise _refuse(what, "is a link or not a regular file") from e
+        fd = open_regular(name, dir_fd=dfd, single_link=True)
+    except FileNotFoundError:
+        return None
+    except NotRegularFile as e:
+        raise _refuse(what, f"is {e.kind}") from e
+    except OSError as e:  # no permission...
+        raise _refuse(what, f"cannot be opened ({e.strerror})") from e
     finally:
         os.close(dfd)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _refuse(what, "is not a regular file")
-        if st.st_nlink != 1:
-            raise _refuse(what, f"has {st.st_nlink} hard links (it may be a file from elsewhere)")
-        os.set_blocking(fd, True)
+        size = os.fstat(fd).st_size
     except BaseException:
         os.close(fd)
         raise
-    return OpenFile(fd, st.st_size)
+    return OpenFile(fd, size)
 
 
 async def open_trial_file_async(folder: Path, exp_dir: Path, name: str, what: str) -> OpenFile | None:

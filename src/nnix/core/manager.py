@@ -25,11 +25,12 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from nnix.agent.channel import metric_problem
+from nnix.agent.channel import REJECT_SAMPLE, metric_problem
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import AssessedHistory, Assessor, AssessorContext, Decision
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
+from nnix.core.metrics import METRIC_CAP, cap_message, keep_line
 from nnix.core.state import (
     HISTORY_CHUNK,
     ExperimentState,
@@ -83,6 +84,7 @@ SNAPSHOT_EVERY_EVENTS = 50_000  # a running manager refreshes the store's snapsh
 SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit,
 SNAPSHOT_TRIALS_PER_EVENT = 10  # where at least one event per this many trials followed the last one: a view of
 # 100k trials adds 2 events, cheaper to replay at the next start than a snapshot of them all is to write)
+INGEST_BATCH = 2_000  # metric lines recorded per turn of the loop at most (one store transaction); REST runs between
 
 
 def new_trial_id(taken: Callable[[str], bool]) -> str:
@@ -114,6 +116,9 @@ class ServiceEvents:
 
     async def committed(self) -> None:
         await self._manager.committed()
+
+    async def caught_up(self) -> None:
+        await self._manager.caught_up()
 
 
 class ExperimentManager:
@@ -170,6 +175,10 @@ class ExperimentManager:
         self._heartbeat = heartbeat
         self._exit_when_done = exit_when_done
         self._inbox: list[RunnerEvent] = []
+        self._inbox_lines = 0  # metric lines in the inbox
+        self._taken = asyncio.Event()  # set each time the inbox was (partly) taken in: see caught_up
+        # results of one type a trial keeps whole; beyond, they are thinned out (nnix.core.metrics)
+        self.metric_cap = METRIC_CAP
         self._wake = asyncio.Event()
         self._space: SearchSpace | None = None
         self._space_raw: Any = None
@@ -222,6 +231,7 @@ class ExperimentManager:
         write_manager_error(self.exp_dir, error.message, hint)
         log.error("halting: %s (%s); running trials are left running", error.message, hint)
         self._wake.set()
+        self._taken.set()
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
@@ -330,31 +340,66 @@ class ExperimentManager:
     # --- service events ----------------------------------------------------------------------
     def _on_service_event(self, event: RunnerEvent) -> None:
         self._inbox.append(event)
+        if isinstance(event, Metrics):
+            self._inbox_lines += len(event.items)
         self._wake.set()
 
     async def committed(self) -> None:
         """Return once every event the service gave so far is recorded (committed to the store), so that an
         agent is acknowledged only for what survives a kill -9 of this process. Deliveries of the same moment
         share one group commit; what is still in the inbox is recorded here, not at the loop's next turn (the
-        loop may itself be waiting for the agent that waits for this answer). Raises when the manager has
-        halted (nothing more is recorded: nothing more is acknowledged)."""
+        loop may itself be waiting for the agent that waits for this answer), INGEST_BATCH lines at a time with
+        the loop running between. Raises when the manager has halted (nothing more is recorded: nothing more is
+        acknowledged)."""
         await asyncio.sleep(0)
-        if self._failure is None and self._inbox:
-            self._process_inbox()
+        while self._failure is None and self._inbox:
+            self._process_inbox(INGEST_BATCH)
+            if self._inbox:
+                await asyncio.sleep(0)
         if self._failure is not None:
             raise self._failure
 
-    def _process_inbox(self) -> None:
+    async def caught_up(self) -> None:
+        """Return once at most INGEST_BATCH metric lines wait in the inbox (or the manager halted): what a service
+        reading a trial's channel awaits before it reads more (see :class:`~nnix.agent.runner.Paced`), so that a
+        trial writing faster than its lines are recorded waits in its file, not in this process's memory."""
+        while self._inbox_lines > INGEST_BATCH and self._failure is None:
+            self._taken.clear()
+            await self._taken.wait()
+
+    def _process_inbox(self, lines: int | None = None) -> int:
         """Record what the services reported. Metrics are group-committed: the metric lines of every trial in
         the inbox (up to the next event of another kind, or a second batch of the same trial) go to the store
         in ONE append, then into the state. Nothing changes for durability: a line counts as recorded (the
         trial's ``last_index``, what a resumed manager continues from) only once the append that holds it has
-        committed, and the append is atomic, so a kill -9 keeps a whole group or none of it."""
-        inbox, self._inbox = self._inbox, []
+        committed, and the append is atomic, so a kill -9 keeps a whole group or none of it. ``lines``: take in
+        the events up to about that many metric lines (whole messages), the rest stays for the next call (the
+        loop runs between: a flood of metrics never holds it for long); None: everything. Returns how many metric
+        lines it took."""
+        inbox = self._inbox
+        n = 0
+        if lines is not None:
+            taken = 0
+            while taken < len(inbox) and n < lines:
+                ev = inbox[taken]
+                n += len(ev.items) if isinstance(ev, Metrics) else 0
+                taken += 1
+            inbox, self._inbox = inbox[:taken], inbox[taken:]
+        else:
+            n = self._inbox_lines
+            self._inbox = []
+        try:
+            self._take_in(inbox)
+        finally:
+            self._inbox_lines = sum(len(ev.items) for ev in self._inbox if isinstance(ev, Metrics))
+            self._taken.set()
+        return n
+
+    def _take_in(self, inbox: list[RunnerEvent]) -> None:
         pending: list[Event] = []
         grouped: set[str] = set()
         assess: list[str] = []
-        for ev in inbox:
+        for ev in _coalesced(inbox):
             if isinstance(ev, Metrics):
                 if ev.trial_id in grouped:  # its dedupe reads the state: commit the group first
                     self._commit_group(pending, assess)
@@ -392,10 +437,17 @@ class ExperimentManager:
         should look at the trial once they are committed. Each line is untrusted: checked against the
         channel's schema (with the experiment's nanPolicy); what fails, here or at the agent, is skipped and
         recorded as one TrialWarning per batch, never raised. The trial must have no uncommitted events in
-        ``out`` (its dedupe reads the state)."""
+        ``out`` (its dedupe reads the state). Beyond ``metric_cap`` results of a type, lines are thinned out
+        (:mod:`nnix.core.metrics`; the trial is warned when it reaches the cap); a ``notice`` (one of the trial's
+        files could not be read) is a warning on the trial, recorded once."""
         t = self.state.trials.get(ev.trial_id)
         if t is None:
             return False
+        if ev.notice and ev.notice[:300] not in t.warnings and not any(
+                isinstance(w, TrialWarning) and w.trial_id == ev.trial_id and w.message == ev.notice[:300]
+                for w in out):
+            log.warning("trial %s: %s", ev.trial_id, ev.notice[:300])
+            out.append(TrialWarning(ev.trial_id, "files", ev.notice[:300]))
         first = len(out)
         seen = last = t.last_index
         recorded: set[int] | None = None
@@ -405,6 +457,11 @@ class ExperimentManager:
         if ev.rejected_count > 0 and ev.rejected_last > seen:  # not reported before (re-read after a resume)
             bad, bad_count, bad_last = list(ev.rejected), ev.rejected_count, ev.rejected_last
         periodical = False
+        cap = self.metric_cap
+        # per type: results kept (recorded, and in this batch) and the channel line of the last one kept
+        kept = {MetricType.PERIODICAL: t.n_inter, MetricType.FINAL: t.n_metrics - t.n_inter}
+        kept_at = {MetricType.PERIODICAL: -1 if t.latest_m is None else t.latest_m.index,
+                   MetricType.FINAL: -1 if t.final_m is None else t.final_m.index}
         for index, msg in ev.items:
             if index <= last:
                 # a line sent again (re-attach after a crash): recorded never twice, but recorded once even
@@ -425,8 +482,16 @@ class ExperimentManager:
                     bad_last = max(bad_last, index)
                 continue
             mtype = MetricType(msg["type"])
+            have = kept[mtype]
+            if have >= cap and not keep_line(index, kept_at[mtype], have, cap):
+                continue  # thinned out (said on the trial when it reached the cap)
+            kept[mtype], kept_at[mtype] = have + 1, max(kept_at[mtype], index)
             periodical = periodical or mtype is MetricType.PERIODICAL
             out.append(MetricReported(ev.trial_id, mtype, msg.get("sequence", 0), msg["value"], index, t.parameter_id))
+            if have + 1 == cap:  # (recorded with the result that reaches it: said once, whatever a resume re-reads)
+                said = cap_message("intermediate" if mtype is MetricType.PERIODICAL else "final", cap)
+                log.warning("trial %s: %s", ev.trial_id, said)
+                out.append(TrialWarning(ev.trial_id, "metrics", said))
         if bad_count:
             lines = "; ".join(f"line {i}: {why}" for i, why in sorted(bad)[:3])
             n = "1 metric line" if bad_count == 1 else f"{bad_count} metric lines"
@@ -767,7 +832,7 @@ class ExperimentManager:
             if t.status is not TrialStatus.WAITING or t.cancel_reason is not None:
                 continue  # canceled while an earlier one started
             if self._inbox:  # a long round of starts (1,000 trials) does not hold back the metrics of the first
-                self._process_inbox()
+                self._process_inbox(INGEST_BATCH)
             try:
                 started = await self.service.submit(self.spec_for(t))
             except (ServiceUnavailableError, GpuUnavailableError) as e:  # no host can run anything, or never the
@@ -844,7 +909,7 @@ class ExperimentManager:
     async def run(self, action: str = "create", port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
         """Run until the experiment is finished (or stopped). Returns the final status."""
         self.record(ManagerStarted(os.getpid(), action, port, host))
-        clear_manager_error(self.exp_dir)  # the store takes writes again: the last halt's reason is history
+        clear_manager_error(self.exp_dir, self.state)  # the store takes writes again: the last halt's reason is history
         self._log_start(action, port, host)
         if self._trial_records is None and self._history_load is None:
             self._history_load = asyncio.ensure_future(self._load_history())
@@ -862,7 +927,7 @@ class ExperimentManager:
             while True:
                 if self._failure is not None:
                     break
-                self._process_inbox()
+                taken = self._process_inbox(INGEST_BATCH)
                 if self._stop_requested:
                     await self._stop()
                     break
@@ -870,7 +935,7 @@ class ExperimentManager:
                     await self._create_trials()
                     await self._launch_waiting()
                 deadline = self._enforce_trial_duration()
-                self._process_inbox()
+                self._process_inbox(max(0, INGEST_BATCH - taken))  # (one batch a turn in all)
                 self._update_status()
                 st = self.state.status
                 # in ERROR no trial starts: waiting ones stay WAITING (a resume starts them), running ones end
@@ -883,7 +948,8 @@ class ExperimentManager:
                     self.record(ManagerHeartbeat())
                     last_beat = now
                     self.snapshot(periodic=True)
-                if self._inbox:
+                if self._inbox:  # more to take in: the loop (REST, the services) runs first
+                    await asyncio.sleep(0)
                     continue
                 self._wake.clear()
                 try:
@@ -997,9 +1063,12 @@ class ExperimentManager:
         deadline = self.clock() + 30.0
         while self.state.active_trials and self.clock() < deadline:
             self._wake.clear()
-            self._process_inbox()
+            self._process_inbox(INGEST_BATCH)
             if not self.state.active_trials:
                 break
+            if self._inbox:
+                await asyncio.sleep(0)
+                continue
             try:
                 await asyncio.wait_for(self._wake.wait(), 0.5)
             except TimeoutError:
@@ -1012,6 +1081,29 @@ class ExperimentManager:
             await asyncio.gather(*self._kills, return_exceptions=True)
         self._set_status(ExperimentStatus.STOPPED)
         log.info("stopped")
+
+
+def _coalesced(inbox: list[RunnerEvent]) -> list[RunnerEvent]:
+    """The inbox with the metric messages of a trial up to its next event of another kind (an exit...) merged into
+    one, in their order: a trial read a slice at a time costs one store transaction per batch, not one per slice.
+    A message with a notice stays on its own."""
+    out: list[RunnerEvent] = []
+    at: dict[str, int] = {}  # trial -> where its merged message is in ``out``
+    for ev in inbox:
+        if not isinstance(ev, Metrics):
+            at.clear()
+        elif ev.notice:
+            at.pop(ev.trial_id, None)
+        elif (i := at.get(ev.trial_id)) is not None:
+            a = out[i]
+            assert isinstance(a, Metrics)
+            out[i] = Metrics(a.trial_id, a.items + ev.items, (a.rejected + ev.rejected)[:REJECT_SAMPLE],
+                             a.rejected_count + ev.rejected_count, max(a.rejected_last, ev.rejected_last))
+            continue
+        else:
+            at[ev.trial_id] = len(out)
+        out.append(ev)
+    return out
 
 
 def _short_json(value: Any, limit: int = 200) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from nnix.agent.commands import TrialCommands
 from nnix.agent.protocol import Attach, Kill, Run
-from nnix.agent.runner import Exited, RunnerEvent, Started, TrialRunner, TrialSpec
+from nnix.agent.runner import Exited, Paced, RunnerEvent, Started, TrialRunner, TrialSpec
 from nnix.services.base import Configured, Emit, ServiceContext
 from nnix.services.gpu import GpuInventory, GpuScheduler, NvmlInventory
 
@@ -45,7 +45,9 @@ class LocalService(Configured):
             max_trial_number_per_gpu=max_trial_number_per_gpu,
             use_active_gpu=bool(use_active_gpu),
         )
-        self._runner = TrialRunner(self._on_event, kill_grace=kill_grace, poll_interval=poll_interval)
+        # the runner reads a trial's metrics no faster than the manager takes them in (a flood waits in its file)
+        self._runner = TrialRunner(self._on_event, kill_grace=kill_grace, poll_interval=poll_interval,
+                                   pace=emit.caught_up if isinstance(emit, Paced) else None)
         self._commands = TrialCommands(self._runner)
         self._gpu_of: dict[str, tuple[int, ...]] = {}
 
