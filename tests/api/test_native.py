@@ -203,6 +203,56 @@ def test_trial_detail_metrics_logs_and_curves(finished: Path, h: Any) -> None:
     h.run(go())
 
 
+def test_a_long_series_is_sampled_in_the_detail_and_paged_by_the_metrics_route(finished: Path, h: Any) -> None:
+    """A trial with 5,000 results: its detail holds an evenly spread sample of at most about DETAIL_METRICS (its final
+    result and its last one among them) and says how many there are; /metrics pages the whole series (offset,
+    limit, X-Total-Count), of one type or all; a short series is sent whole, as before."""
+    from nnix.core.events import MetricReported, TrialCreated, TrialEnded, TrialStarted
+    from nnix.core.status import MetricType
+    from nnix.home import STORE_NAME
+    from nnix.store.sqlite import SqliteStore
+
+    n = 5_000
+    store = SqliteStore(finished / STORE_NAME)
+    P, F = MetricType.PERIODICAL, MetricType.FINAL
+    store.append([TrialCreated("fffff", 5, 5, {"x": 0.5, "opt": "a"}),
+                  TrialStarted("fffff", "local-env", str(finished / "fffff"))]
+                 + [MetricReported("fffff", P, k, k / n, k, 5) for k in range(n // 2)]
+                 + [MetricReported("fffff", F, 0, 0.75, n // 2, 5)]
+                 + [MetricReported("fffff", P, k, k / n, k + 1, 5) for k in range(n // 2, n - 1)]
+                 + [TrialEnded("fffff", TrialStatus.SUCCEEDED, 0)])
+    store.close()
+    _, app = h.viewer(finished)
+
+    async def go() -> None:
+        async with h.client(app) as c:
+            d = _strict((await c.get(f"{N}/trials/fffff")).text)
+            assert d["metricCount"] == n and d["metricsSampled"] is True
+            shown = d["metrics"]
+            assert native.DETAIL_METRICS // 2 <= len(shown) <= native.DETAIL_METRICS + 2
+            assert [m["index"] for m in shown] == sorted(m["index"] for m in shown)
+            assert shown[0]["index"] == 0 and shown[-1]["index"] == n - 1  # the ends
+            assert [m["value"] for m in shown if m["type"] == "FINAL"] == [0.75]  # the final result is there
+            small = _strict((await c.get(f"{N}/trials/aaaaa")).text)
+            assert small["metricCount"] == len(small["metrics"]) == 4 and small["metricsSampled"] is False
+
+            r = await c.get(f"{N}/trials/fffff/metrics", params={"offset": 100, "limit": 50})
+            page = r.json()
+            assert r.headers["x-total-count"] == str(n)
+            assert [m["index"] for m in page] == list(range(100, 150))
+            r = await c.get(f"{N}/trials/fffff/metrics", params={"offset": n - 10, "limit": 50})
+            assert len(r.json()) == 10
+            r = await c.get(f"{N}/trials/fffff/metrics", params={"type": "FINAL", "limit": 5})
+            assert r.headers["x-total-count"] == "1" and [m["value"] for m in r.json()] == [0.75]
+            r = await c.get(f"{N}/trials/fffff/metrics", params={"type": "PERIODICAL", "offset": n})
+            assert r.json() == [] and r.headers["x-total-count"] == str(n - 1)
+            assert len((await c.get(f"{N}/trials/fffff/metrics")).json()) == n  # no limit: all of it, streamed
+            for bad in ({"limit": 0}, {"offset": -1}, {"limit": "x"}):
+                assert (await c.get(f"{N}/trials/fffff/metrics", params=bad)).status_code == 400, bad
+
+    h.run(go())
+
+
 def test_downsample_keeps_the_ends() -> None:
     xs = list(range(1000))
     ys = [math.sin(x / 50) for x in xs]

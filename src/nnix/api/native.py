@@ -44,11 +44,28 @@ PREFIX = "/api/nnix/v1"
 LOG_NAMES = ("stdout", "stderr", "trial.log")
 LOG_TAIL_DEFAULT = 256 * 1024
 LOG_TAIL_MAX = 64 * 1024 * 1024
+DETAIL_METRICS = 1_000  # metrics in a trial's detail at most: a longer series is sampled (the whole: /metrics, paged)
 PATCHABLE = {camel: field for field, camel in UPDATES.values()}
 
 
 def metric_json(m: Metric) -> dict[str, Any]:
     return {"type": m.type.value, "sequence": m.sequence, "value": m.value, "index": m.index, "ts": ms(m.ts)}
+
+
+def sample_series(metrics: list[Metric], final: Metric | None, most: int = DETAIL_METRICS) -> list[Metric]:
+    """At most about ``most`` of a trial's metrics, evenly spread over the series (every k-th, and the last), in
+    channel order; ``final`` (the trial's final result) is always among them."""
+    n = len(metrics)
+    if n <= most:
+        return metrics
+    stride = math.ceil(n / (most - 1))
+    picked = metrics[::stride]
+    if (n - 1) % stride:
+        picked.append(metrics[-1])
+    if final is not None and not any(m is final for m in picked):
+        at = next((i for i, m in enumerate(picked) if m.index > final.index), len(picked))
+        picked.insert(at, final)
+    return picked
 
 
 def downsample(xs: list[int], ys: list[float], max_points: int) -> tuple[list[int], list[float]]:
@@ -172,8 +189,13 @@ def routes(ctx: ApiContext) -> list[Route]:
         t = trial_or_404(ctx, request.path_params["id"])
         logs = await asyncio.to_thread(log_files, ctx.manager.exp_dir, t)
         detail = dict(ctx.views.summary(t))
+        metrics = t.metrics
+        shown = sample_series(metrics, t.final)
         detail.update({
-            "metrics": [metric_json(x) for x in t.metrics],
+            # a long series is sampled here (the whole of it, a page at a time: /trials/{id}/metrics)
+            "metrics": [metric_json(x) for x in shown],
+            "metricCount": len(metrics),
+            "metricsSampled": len(shown) < len(metrics),
             "hyperParameters": parameter_record(t),
             "outputDir": t.output_dir,
             "logs": logs,
@@ -185,12 +207,21 @@ def routes(ctx: ApiContext) -> list[Route]:
 
     @route.get("/trials/{id}/metrics")
     async def trial_metrics(request: Request) -> Response:
+        """The trial's series (of one ``type``), ``limit`` metrics from ``offset`` (default: all of it), streamed a
+        slice at a time; ``X-Total-Count`` says how many there are (of the type)."""
         t = trial_or_404(ctx, request.path_params["id"])
         mtype = request.query_params.get("type") or None
         if mtype is not None and mtype not in MetricType.__members__:
             raise ApiError(400, "type must be PERIODICAL or FINAL")
-        metrics = list(t.metrics)  # a snapshot: the list grows while the response is sent
-        return JSONStream(dumps(metric_json(x)) for x in metrics if mtype is None or x.type.value == mtype)
+        offset = int_param(request, "offset", 0, 0, 1 << 40)
+        limit = int_param(request, "limit", 0, 1, 1 << 40) or None  # (absent: all of it)
+        metrics = t.metrics
+        if mtype is not None:
+            metrics = [x for x in metrics if x.type.value == mtype]
+        total = len(metrics)
+        end = total if limit is None else min(total, offset + limit)
+        page = metrics[offset:end]  # a copy: the series grows while the response is sent
+        return JSONStream((dumps(metric_json(x)) for x in page), headers={"X-Total-Count": str(total)})
 
     @route.get("/trials/{id}/logs/{name}")
     async def trial_log(request: Request) -> Response:
