@@ -31,6 +31,7 @@ from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.slurm import SlurmLauncher, describe_state, job_script
 from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
+from nnix.testing.killpoints import Chain, audited, chain_experiment, errors_logged, leftover_processes, settled
 from nnix.testing.slurm import SlurmLab
 from nnix.testing.spaces import UNIT as SPACE
 
@@ -543,3 +544,63 @@ def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, l
         assert t.status is TrialStatus.SUCCEEDED, t.message
         assert [m.sequence for m in t.intermediate] == list(range(60))  # nothing lost, nothing twice
     assert set(_jobs(lab, exp_id)) == running  # taken over, no new job submitted
+
+
+# --- a manager killed -9 at chosen points (nnix.testing.killpoints) ------------------------------------------------
+def _live_jobs(lab: SlurmLab, exp_id: str) -> list[str]:
+    return [f"{job} {state}" for job, (state, _) in _jobs(lab, exp_id).items()
+            if state not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY")]
+
+
+def _chain(tmp_path: Path, reuse: bool) -> Chain:
+    gates = tmp_path / "gates"
+    fields = chain_experiment(tmp_path / "code", gates, metrics=METRICS)
+    exp_id, _ = make_experiment(tmp_path / "code", **{**fields, "trialConcurrency": 2, "maxTrialNumber": 4,
+                                                     "trainingService": {"platform": "slurm", "reuseMode": reuse,
+                                                                         "memory": "200M"}})
+    return Chain(exp_id, tmp_path, gates, {**FAST, "lost_timeout": 20.0})
+
+
+METRICS = 12
+
+
+def test_a_manager_killed_at_each_point_of_an_environment_s_life_is_resumed(tmp_path: Path, lab: SlurmLab) -> None:
+    """Non-reuse (an environment per trial): kill -9 before a job is submitted, after it was submitted but before
+    its id was recorded, when its agent said hello, while trials run, just after one ended; each time resumed. Every
+    trial succeeds, every metric is recorded once, nothing is logged as an ERROR (an environment that ended while no
+    manager ran is no failed start), and no job or process of the experiment is left."""
+    chain = _chain(tmp_path, reuse=False)
+    chain.kill_at("create", "submit")
+    for point in ("submitted", "hello", "running", "ended"):
+        chain.kill_at("resume", point)
+    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
+    st = read_state(chain.exp_dir)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4, [t.message for t in
+                                                                                   st.trials.values()]
+    a = audited(chain.exp_dir, METRICS)
+    assert a.ok and not a.irregular, a
+    assert errors_logged(chain.exp_dir) == []
+    assert settled(lambda: _live_jobs(lab, chain.exp_id)) == []
+    assert settled(lambda: leftover_processes(chain.exp_id)) == []
+
+
+@pytest.mark.parametrize("verb", ["stop", "delete"])
+def test_stop_or_delete_after_a_kill_cancels_every_job(tmp_path: Path, lab: SlurmLab, verb: str) -> None:
+    """kill -9 while trials run (one job submitted and not yet recorded, too), then `nnix stop` or `nnix experiment
+    delete`: every job of the experiment is cancelled, the trials shown RUNNING are USER_CANCELED (stop)."""
+    from nnix.testing.faults import nnix
+
+    chain = _chain(tmp_path, reuse=True)
+    chain.kill_at("create", "running")
+    jobs = _live_jobs(lab, chain.exp_id)
+    assert jobs
+    res = nnix("stop", chain.exp_id) if verb == "stop" else nnix("experiment", "delete", chain.exp_id, "--yes")
+    assert res.returncode == 0, res.stderr
+    assert "slurm: cancelled" in res.stdout and all(j.split()[0] in res.stdout for j in jobs), res.stdout
+    assert settled(lambda: _live_jobs(lab, chain.exp_id)) == []
+    assert settled(lambda: leftover_processes(chain.exp_id)) == []
+    if verb == "stop":
+        st = read_state(chain.exp_dir)
+        assert st.status is ExperimentStatus.STOPPED
+        assert {t.status for t in st.trials.values()} <= {TrialStatus.USER_CANCELED, TrialStatus.WAITING}
+        assert any(t.status is TrialStatus.USER_CANCELED for t in st.trials.values())

@@ -439,8 +439,8 @@ class ClusterService(Configured, Machines):
 
     def _slots(self, env: _Env) -> int:
         """How many more trials ``env`` can take (its capacity, less what it runs)."""
-        if env.stopping or env.state == "ended" or (env.single and (env.used or env.adopted)):
-            return 0  # (a non-reuse agent of the earlier manager ran its one trial: it takes no other)
+        if env.stopping or env.state == "ended" or (env.single and (env.used or bool(env.claims))):
+            return 0  # (a non-reuse agent of the earlier manager that speaks of a trial ran its one: no other)
         return max(0, self._capacity - len(env.trials))
 
     def _free(self, env: _Env) -> bool:
