@@ -131,10 +131,44 @@ def test_a_full_store_raises_store_full_error(tmp_path: Path) -> None:
     s.append([TrialCreated("a", 0, 0, {"x": 1})])
     pages = s._db.execute("PRAGMA page_count").fetchone()[0]
     s._db.execute(f"PRAGMA max_page_count = {pages}")  # what a full disk looks like to SQLite
-    with pytest.raises(StoreFullError, match="full"):
+    with pytest.raises(StoreFullError, match="full") as e:
         for i in range(1000):
             s.append([TrialCreated(f"t{i}", i, i, {"x": "y" * 500})])
     s.close()
+    # the message names the file (it said "write to failed") and the room left on its file system
+    assert f"the disk holding {tmp_path} is full: writing to {s.path} failed (database or disk is full; " in \
+        e.value.message and " free)" in e.value.message, e.value.message
+
+
+def test_an_append_on_a_disk_all_but_full_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store whose WAL has room takes writes long after the trials' writes fail for lack of space: an append
+    looks at the free space (once a second at most) and refuses as SQLite would, naming the file."""
+    from nnix.errors import StoreFullError
+    from nnix.store import sqlite
+
+    looked: list[Path] = []
+
+    def free(path: Path) -> int:
+        looked.append(path)
+        return 4096
+
+    s = SqliteStore(tmp_path / "s.sqlite")
+    try:
+        s.append([TrialCreated("a", 0, 0, {"x": 1})])
+        monkeypatch.setattr(sqlite, "free_bytes", free)
+        s._space_at = -sqlite.SPACE_CHECK_INTERVAL  # (the next append looks)
+        with pytest.raises(StoreFullError) as e:
+            s.append([TrialCreated("b", 1, 1, {"x": 2})])
+        assert e.value.message == (f"the disk holding {tmp_path} is full: 4,096 bytes free, so writing to {s.path} "
+                                   "stopped") and e.value.hint == sqlite.FULL_HINT
+        assert looked == [tmp_path] and [x.event.trial_id for x in s.read()] == ["a"]  # type: ignore[attr-defined]
+        monkeypatch.setattr(sqlite, "free_bytes", lambda path: sqlite.MIN_FREE_BYTES)
+        s._space_at = -sqlite.SPACE_CHECK_INTERVAL
+        s.append([TrialCreated("b", 1, 1, {"x": 2})])
+        assert len(s.read()) == 2
+    finally:
+        s.close()
+    assert sqlite.MIN_FREE_BYTES == 1024 * 1024
 
 
 def test_a_store_held_open_here_is_never_opened_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,10 @@
 """Why the last manager of an experiment stopped: ``<experiment>/manager.error``, a file prepared at start so
 that even a full disk lets the manager write its reason there. The manager writes and clears it; readers
-(:func:`nnix.home.read_state`, the CLI, the Python APIs) show it as the experiment's message."""
+(:func:`nnix.home.read_state`, the CLI, the Python APIs) show it as the experiment's message.
+
+Clearing keeps the reason as a past one (the file holds the latest few, oldest dropped first): the experiment's
+``errors`` (NNI's check-status, the web UI) list every time a manager stopped for it, e.g. each of two full disks,
+after a resume that ran to DONE too. The file never grows: every write is one in-place write of its size."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import contextlib
 import json
 import os
 import time
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +21,7 @@ from nnix.core.state import ExperimentState
 
 ERROR_FILE = "manager.error"
 ERROR_FILE_SIZE = 4096  # written once when a manager starts, overwritten in place (no new block needed)
+MAX_MESSAGE = 1200  # characters of a message (and of a hint) kept: the latest reason always fits the file
 
 
 def prepare_manager_error(exp_dir: Path) -> None:
@@ -36,13 +43,22 @@ def prepare_manager_error(exp_dir: Path) -> None:
         os.close(fd)
 
 
-def write_manager_error(exp_dir: Path, message: str, hint: str | None = None, pid: int | None = None) -> bool:
-    """Record why the manager stopped, in place (no truncation, no new file when it was prepared).
-    Returns False when even that failed."""
-    record = {"message": message, "hint": hint or "", "pid": pid or os.getpid(), "ts": time.time()}
-    data = json.dumps(record).encode()[: ERROR_FILE_SIZE - 1] + b"\n"
+def _encode(current: dict[str, Any] | None, past: list[dict[str, Any]]) -> bytes:
+    """The file's content: the current reason (if any) and as many past ones as fit, newest kept."""
+    past = list(past)
+    while True:
+        record: dict[str, Any] = dict(current or {})
+        if past:
+            record["past"] = past
+        data = json.dumps(record).encode() + b"\n"
+        if len(data) <= ERROR_FILE_SIZE or not past:
+            return data[:ERROR_FILE_SIZE]
+        past = past[1:]
+
+
+def _write(exp_dir: Path, data: bytes, create: bool) -> bool:
     try:
-        fd = os.open(exp_dir / ERROR_FILE, os.O_WRONLY | os.O_CREAT, 0o600)
+        fd = os.open(exp_dir / ERROR_FILE, os.O_WRONLY | (os.O_CREAT if create else 0), 0o600)
     except OSError:
         return False
     try:
@@ -56,24 +72,8 @@ def write_manager_error(exp_dir: Path, message: str, hint: str | None = None, pi
         os.close(fd)
 
 
-def clear_manager_error(exp_dir: Path) -> None:
-    """A manager that recorded its start has space again: forget the previous one's reason."""
-    path = exp_dir / ERROR_FILE
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return
-    try:
-        if os.pread(fd, 1, 0) not in (b"", b"\0"):
-            os.pwrite(fd, b"\0" * ERROR_FILE_SIZE, 0)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def read_manager_error(exp_dir: Path) -> dict[str, Any] | None:
-    """The reason the last manager left (``message``, ``hint``, ``pid``, ``ts``), or None."""
+def _read(exp_dir: Path) -> dict[str, Any] | None:
+    """The file's record as written (``message``... and ``past``), or None for none."""
     try:
         with open(exp_dir / ERROR_FILE, "rb") as f:
             raw = f.read(ERROR_FILE_SIZE).split(b"\0", 1)[0].strip()
@@ -85,9 +85,48 @@ def read_manager_error(exp_dir: Path) -> dict[str, Any] | None:
         data = json.loads(raw)
     except ValueError:
         return {"message": raw.decode(errors="replace")[:500], "hint": "", "pid": None, "ts": None}
-    if not isinstance(data, dict) or not isinstance(data.get("message"), str):
+    return data if isinstance(data, dict) else None
+
+
+def _past(data: dict[str, Any] | None) -> list[dict[str, Any]]:
+    past = (data or {}).get("past")
+    return [p for p in past if isinstance(p, dict) and isinstance(p.get("message"), str)] \
+        if isinstance(past, list) else []
+
+
+def write_manager_error(exp_dir: Path, message: str, hint: str | None = None, pid: int | None = None) -> bool:
+    """Record why the manager stopped, in place (no truncation, no new file when it was prepared), the past
+    reasons kept. Returns False when even that failed."""
+    record = {"message": message[:MAX_MESSAGE], "hint": (hint or "")[:MAX_MESSAGE], "pid": pid or os.getpid(),
+              "ts": time.time()}
+    return _write(exp_dir, _encode(record, _past(_read(exp_dir))), create=True)
+
+
+def clear_manager_error(exp_dir: Path, state: ExperimentState | None = None) -> None:
+    """A manager that recorded its start has space again: the previous one's reason is no longer the current
+    one; it is kept as a past reason (see the module's docstring), and every past reason is among ``state``'s
+    errors (the running manager's: what its REST API shows)."""
+    data = _read(exp_dir)
+    current = read_manager_error(exp_dir)
+    past = _past(data)
+    if current is not None:
+        past.append({k: current.get(k) for k in ("message", "hint", "ts")})
+        _write(exp_dir, _encode(None, past), create=False)
+    if state is not None:
+        _apply_past(state, past)
+
+
+def read_manager_error(exp_dir: Path) -> dict[str, Any] | None:
+    """The reason the last manager left (``message``, ``hint``, ``pid``, ``ts``), or None."""
+    data = _read(exp_dir)
+    if data is None or not isinstance(data.get("message"), str):
         return None
-    return data
+    return {k: v for k, v in data.items() if k != "past"}
+
+
+def past_manager_errors(exp_dir: Path) -> list[dict[str, Any]]:
+    """The reasons earlier managers left that a later one cleared (``message``, ``hint``, ``ts``), oldest first."""
+    return _past(_read(exp_dir))
 
 
 def manager_error_text(error: dict[str, Any]) -> str:
@@ -95,7 +134,31 @@ def manager_error_text(error: dict[str, Any]) -> str:
     return text + (f" (hint: {error['hint']})" if error.get("hint") else "")
 
 
+def _past_text(error: dict[str, Any]) -> str:
+    ts = error.get("ts")
+    when = ""
+    if isinstance(ts, (int, float)):
+        with contextlib.suppress(OverflowError, OSError, ValueError):
+            when = f" at {datetime.fromtimestamp(ts).isoformat(sep=' ', timespec='seconds')}"
+    return f"the manager stopped{when}: {error['message']} (resumed since)"
+
+
+def _apply_past(state: ExperimentState, past: list[dict[str, Any]]) -> None:
+    """Each past reason among ``state.errors`` once (two alike twice: each time counts), where the state does not
+    hold it already (a manager's snapshot of its state holds those it was started with)."""
+    have = Counter(state.errors)
+    for error in past:
+        text = _past_text(error)
+        if have[text]:
+            have[text] -= 1
+        else:
+            state.errors.append(text)
+
+
 def apply_manager_error(state: ExperimentState, exp_dir: Path) -> None:
+    """The reasons in ``manager.error`` as the state's: each past one among its errors, the current one (if
+    any) its message and an error too."""
+    _apply_past(state, past_manager_errors(exp_dir))
     error = read_manager_error(exp_dir)
     if error is None:
         return

@@ -88,6 +88,22 @@ FULL_HINT = (
     "free space on that file system: the trials keep running, and `nnix resume <id>` re-attaches them "
     "and records what they reported meanwhile"
 )
+MIN_FREE_BYTES = 1024 * 1024  # an append refuses to write where less is free (the disk is full for the trials)
+SPACE_CHECK_INTERVAL = 1.0  # seconds between two looks at the free space, per store (a statvfs)
+_GERUNDS = {"write to": "writing to", "open": "opening", "read": "reading"}
+
+
+def free_bytes(path: Path) -> int | None:
+    """The bytes an unprivileged writer may still use on the file system holding ``path`` (None: unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _amount(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB" if n >= 1024 * 1024 else f"{n:,} bytes"
 
 
 def _wal_has_frames(path: Path) -> bool:
@@ -276,8 +292,11 @@ def store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
     code = getattr(e, "sqlite_errorcode", 0) & 0xFF
     text = str(e)
     if code == sqlite3.SQLITE_FULL or "disk is full" in text:
+        free = free_bytes(path.parent)
+        room = "" if free is None else f"; {_amount(free)} free"
         return StoreFullError(
-            f"the disk holding {path} is full: {doing} failed ({text})", FULL_HINT)
+            f"the disk holding {path.parent} is full: {_GERUNDS.get(doing, doing)} {path} failed ({text}{room})",
+            FULL_HINT)
     if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) or "malformed" in text or "not a database" in text:
         return StoreCorruptError(f"experiment store {path} is corrupt: {doing} failed ({text})",
                                  CORRUPT_HINT.format(path=path))
@@ -309,7 +328,7 @@ class SqliteStore:
                 pass  # created meanwhile by another process: check it like any existing file
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise StoreFullError(f"the disk holding {self.path} is full: cannot create the store",
+                    raise StoreFullError(f"the disk holding {self.path.parent} is full: creating {self.path} failed",
                                          "free space on that file system and try again") from e
                 raise StoreError(f"cannot create experiment store {self.path}: {e}") from e
         if not fresh:
@@ -342,10 +361,26 @@ class SqliteStore:
             raise store_error(e, self.path, "open") from e
         _hold(self.path, +1)
         self._held = True
+        self._space_at = -SPACE_CHECK_INTERVAL  # (time.monotonic of the last look at the free space)
+
+    def _check_space(self) -> None:
+        """Refuse to append where the disk is (all but) full, as SQLite would once it needs a new page: a store
+        whose WAL has room left takes writes long after the trials' and the log's writes fail for lack of space
+        (they failed "with nothing on stderr", the experiment went on to DONE and nothing said why). A look per
+        :data:`SPACE_CHECK_INTERVAL` at most."""
+        now = time.monotonic()
+        if now - self._space_at < SPACE_CHECK_INTERVAL:
+            return
+        self._space_at = now
+        free = free_bytes(self.path.parent)
+        if free is not None and free < MIN_FREE_BYTES:
+            raise StoreFullError(f"the disk holding {self.path.parent} is full: {_amount(free)} free, so writing to "
+                                 f"{self.path} stopped", FULL_HINT)
 
     def append(self, events: Sequence[Event]) -> list[Stored]:
         if not events:
             return []
+        self._check_space()
         now = self._clock()
         rows = [(now, e.kind, e.trial_ref, encode(e)) for e in events]
         try:
