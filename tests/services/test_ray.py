@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.ray import RayLauncher, describe_exit, describe_ray_error
 from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, run_experiment
+from nnix.testing.killpoints import Chain, audited, chain_experiment, errors_logged, leftover_processes, settled
 from nnix.testing.ray import PrivateHeads, RayLab, RayNetnsLab, netns_unavailable
 from nnix.testing.spaces import UNIT as SPACE
 
@@ -623,3 +625,108 @@ def test_the_actor_needs_only_ray_on_the_nodes(tmp_path: Path, ray_env: dict[str
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["NnixEnvironment", "{}"]
+
+
+# --- a manager killed -9 at chosen points (nnix.testing.killpoints) ------------------------------------------------
+METRICS = 12
+
+
+def _chain(tmp_path: Path, service: dict[str, Any]) -> Chain:
+    gates = tmp_path / "gates"
+    fields = chain_experiment(tmp_path / "code", gates, metrics=METRICS)
+    exp_id, _ = make_experiment(tmp_path / "code", **{**fields, "trialConcurrency": 2, "maxTrialNumber": 4,
+                                                     "trainingService": {"platform": "ray", **service}})
+    return Chain(exp_id, tmp_path, gates, {**FAST, "lost_timeout": 20.0})
+
+
+def _kill_chain_and_resume(chain: Chain) -> None:
+    chain.kill_at("create", "submit")
+    for point in ("submitted", "hello", "running", "ended"):
+        chain.kill_at("resume", point)
+    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
+    st = read_state(chain.exp_dir)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4, [t.message for t in
+                                                                                   st.trials.values()]
+    a = audited(chain.exp_dir, METRICS)
+    assert a.ok and not a.irregular, a
+    assert errors_logged(chain.exp_dir) == []
+    assert settled(lambda: leftover_processes(chain.exp_id)) == []
+
+
+def test_a_manager_killed_at_each_point_is_resumed_on_a_ray_cluster(tmp_path: Path, ray_lab: RayLab) -> None:
+    """Non-reuse on an existing head: kill -9 before an actor is created, after it was created with its agent's
+    start call sent (the call dies with the manager: the resumed manager starts the agent), at the agent's hello,
+    while trials run, just after one ended; each time resumed. Every trial succeeds, every metric once, no ERROR, no
+    actor or process of the experiment left."""
+    chain = _chain(tmp_path, {"address": ray_lab.address, "reuseMode": False})
+    _kill_chain_and_resume(chain)
+    assert ray_lab.named_actors(f"nnix-{chain.exp_id}", wait=30) == []
+
+
+def test_a_manager_killed_at_each_point_is_resumed_on_its_private_ray(tmp_path: Path, heads: PrivateHeads) -> None:
+    """The same on the experiment's private head (reuse mode): the head outlives each killed manager (or a new one
+    starts), and goes with the experiment."""
+    chain = _chain(tmp_path, {"reuseMode": True})
+    heads.seen(chain.exp_dir)  # its heads are ended at the test's end whatever happens
+    _kill_chain_and_resume(chain)
+    assert settled(lambda: [] if rayhead.read(chain.exp_dir) is None else ["its head"], 60) == []
+    assert all(_head_gone(h) for h in heads.heads.values())
+
+
+@pytest.mark.parametrize("verb", ["stop", "delete"])
+def test_stop_or_delete_after_a_kill_ends_every_actor(tmp_path: Path, ray_lab: RayLab, verb: str) -> None:
+    """kill -9 while trials run on an existing head, then `nnix stop` / `nnix experiment delete`: the experiment's
+    actors (and the agents and trials in them) are ended, the trials shown RUNNING are USER_CANCELED (stop)."""
+    from nnix.testing.faults import nnix
+
+    chain = _chain(tmp_path, {"address": ray_lab.address, "reuseMode": True})
+    chain.kill_at("create", "running")
+    actors = ray_lab.named_actors(f"nnix-{chain.exp_id}")
+    assert actors
+    res = nnix("stop", chain.exp_id) if verb == "stop" else nnix("experiment", "delete", chain.exp_id, "--yes")
+    assert res.returncode == 0, res.stderr
+    assert "ray: cancelled" in res.stdout and all(a in res.stdout for a in actors), res.stdout
+    assert ray_lab.named_actors(f"nnix-{chain.exp_id}", wait=30) == []
+    assert settled(lambda: leftover_processes(chain.exp_id)) == []
+    if verb == "stop":
+        st = read_state(chain.exp_dir)
+        assert st.status is ExperimentStatus.STOPPED
+        assert any(t.status is TrialStatus.USER_CANCELED for t in st.trials.values())
+        assert not any(t.status is TrialStatus.RUNNING for t in st.trials.values())
+
+
+def test_an_actor_whose_agent_start_died_with_the_manager_is_started_by_the_resumed_one(tmp_path: Path,
+                                                                                        ray_lab: RayLab) -> None:
+    """The earlier manager created the detached actor of an environment and was killed before the actor's start
+    call ran: the actor waits (it would free itself after 120 s). The resumed manager starts the agent in it with
+    the recorded token and runs the trials there: no failed start, no ERROR, no new environment, nothing left."""
+    from nnix.testing.labs import free_port
+
+    gates = tmp_path / "gates"
+    fields = chain_experiment(tmp_path / "code", gates, metrics=METRICS)
+    exp_id, exp_dir = make_experiment(tmp_path / "code", **{**fields, "trialConcurrency": 1, "maxTrialNumber": 2,
+                                                           "trainingService": {"platform": "ray",
+                                                                               "address": ray_lab.address}})
+    namespace = f"nnix-{exp_id}"
+    make = ("import sys, ray; from nnix.services.ray import _actor_class; "
+            "ray.init(sys.argv[1], namespace=sys.argv[2], logging_level='ERROR'); "
+            "ray.remote(_actor_class()).options(name='e1-old', namespace=sys.argv[2], lifetime='detached', "
+            "num_cpus=1, max_concurrency=4, max_restarts=0).remote(True); "
+            "ray.get_actor('e1-old', namespace=sys.argv[2])")  # created; its start never called
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    made = subprocess.run([sys.executable, "-c", make, ray_lab.address, namespace], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert ray_lab.named_actors(namespace) == ["e1-old"]
+    (exp_dir / "cluster.json").write_text(json.dumps({
+        "platform": "ray", "port": free_port(), "left": True,
+        "envs": {"e1-old": {"token": secrets.token_hex(16), "handle": "e1-old", "single": False}}}))
+    chain = Chain(exp_id, tmp_path, gates, {**FAST, "lost_timeout": 20.0})
+    assert chain.finish(timeout=120) is ExperimentStatus.DONE, chain.log_tail()
+    st = read_state(exp_dir)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 2
+    a = audited(exp_dir, METRICS)
+    assert a.ok and not a.irregular, a
+    assert {t.environment_id for t in st.trials.values()} == {"e1-old"}  # its agent was started and ran them
+    assert errors_logged(exp_dir) == []
+    assert ray_lab.named_actors(namespace, wait=30) == []

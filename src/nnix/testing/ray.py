@@ -174,6 +174,22 @@ class RayLab:
             raise
         return self
 
+    def named_actors(self, namespace: str, wait: float = 0.0) -> list[str]:
+        """The live named actors in ``namespace`` (asked by a driver process of its own), once there are none or
+        after ``wait`` seconds of asking."""
+        code = ("import json, sys, time, ray; ray.init(sys.argv[1], logging_level='ERROR', log_to_driver=False); "
+                "end = time.monotonic() + float(sys.argv[3])\nwhile True:\n"
+                "    names = [a['name'] for a in ray.util.list_named_actors(all_namespaces=True) "
+                "if a['namespace'] == sys.argv[2]]\n"
+                "    if not names or time.monotonic() > end: break\n    time.sleep(0.3)\n"
+                "print(json.dumps(names))")
+        env = {**os.environ, **self.env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+        r = subprocess.run([sys.executable, "-c", code, self.address, namespace, str(wait)], capture_output=True,
+                           text=True, env=env, timeout=wait + 120)
+        if r.returncode != 0:
+            raise RuntimeError(f"listing the actors of {self.address} failed: {r.stderr[-2000:]}")
+        return [str(n) for n in json.loads(r.stdout.strip().splitlines()[-1])]
+
     def down(self) -> None:
         """Stop the head (and everything under it); safe to call twice."""
         if self.node is not None:
