@@ -307,3 +307,40 @@ def test_a_killed_loads_staging_folder_is_cleaned_by_the_next_load(tmp_path: Pat
     Registry().remove(exp_id)
     load(result.path, tmp_path / "code", root)
     assert not stale.exists() and unknown.exists() and (root / exp_id).is_dir()
+
+
+def test_a_forced_load_never_replaces_an_experiment_a_manager_holds(tmp_path: Path) -> None:
+    """`experiment load --force` over an experiment whose manager lock is held (a manager runs or serves it) is
+    refused with the holder's pid, and nothing is replaced; once the lock is free the load replaces it. The check
+    holds even where the holder took the lock after the load's first look (the replacing step takes the lock)."""
+    from nnix.errors import ExperimentBusyError
+    from nnix.home import ManagerLock
+
+    exp_id, d = make_experiment(tmp_path, searchSpace=UNIT, trialCommand="true")
+    result = save(exp_id, d, tmp_path / "out", None)
+    (tmp_path / "code").mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+                               "from nnix.home import ManagerLock\n"
+                               "lock = ManagerLock.acquire(Path(sys.argv[1]), 'x', 'resume')\nlock.record(port=4321)\n"
+                               "print('held', flush=True)\nsys.stdin.read()\n", str(d)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(ExperimentBusyError, match=rf"pid {holder.pid}, port 4321"):
+            load(result.path, tmp_path / "code", d.parent, force=True)
+        assert (d / "db" / "nnix.sqlite").exists()
+        real = archive._refuse_live
+        try:  # the holder starts after the first look: the replacing step still finds it
+            archive._refuse_live = lambda *a: None
+            with pytest.raises(ExperimentBusyError):
+                load(result.path, tmp_path / "code", d.parent, force=True)
+        finally:
+            archive._refuse_live = real
+        assert (d / "db" / "nnix.sqlite").exists() and Registry().get(exp_id).dir == str(d)
+    finally:
+        holder.kill()
+        holder.wait(30)
+    loaded = load(result.path, tmp_path / "code", d.parent, force=True)
+    assert loaded.experiment_id == exp_id and (d / "db" / "nnix.sqlite").exists()
+    with ManagerLock.acquire(d, exp_id, "resume"):
+        pass

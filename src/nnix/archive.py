@@ -564,7 +564,7 @@ def load(archive: Path, code_dir: Path, root: Path, search_space_path: Path | No
     in ``code_dir`` (extracted there when the archive has it; else the code must already be there).
     ``search_space_path``: write the search space there and record it as the config's searchSpaceFile.
     An experiment with the same id is refused unless ``force`` (and never while its manager runs)."""
-    from nnix.home import STORE_NAME, Entry, Registry
+    from nnix.home import STORE_NAME, Entry, ManagerLock, Registry
 
     archive = Path(os.path.abspath(archive.expanduser()))
     clean_stale(archive.parent, archive.name)  # (what a save of this archive, killed on the way, left beside it)
@@ -658,13 +658,19 @@ def load(archive: Path, code_dir: Path, root: Path, search_space_path: Path | No
                 target = Path(os.path.abspath(search_space_path.expanduser()))
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(json.dumps(space_holder.get("space") or {}, indent=2))
-            if existing is not None or exp_dir.exists():  # --force: replace what was there
-                if existing is not None:
-                    shutil.rmtree(existing.dir, ignore_errors=True)
-                    registry.remove(exp_id)
-                shutil.rmtree(exp_dir, ignore_errors=True)
-            os.chmod(new_exp, 0o700)
-            new_exp.rename(exp_dir)
+            with contextlib.ExitStack() as owned:
+                # --force: replace what was there, holding its manager lock, so that no manager starts on it
+                # meanwhile (one that runs it now fails the load with its pid, as a second manager would)
+                for old in {Path(d).resolve() for d in (existing.dir if existing else None, exp_dir) if d}:
+                    if old.is_dir():
+                        owned.enter_context(ManagerLock.acquire(old, exp_id, "load"))
+                if existing is not None or exp_dir.exists():
+                    if existing is not None:
+                        shutil.rmtree(existing.dir, ignore_errors=True)
+                        registry.remove(exp_id)
+                    shutil.rmtree(exp_dir, ignore_errors=True)
+                os.chmod(new_exp, 0o700)
+                new_exp.rename(exp_dir)
         except BaseException:
             if made_code:
                 shutil.rmtree(code_dir, ignore_errors=True)
@@ -682,7 +688,11 @@ def load(archive: Path, code_dir: Path, root: Path, search_space_path: Path | No
 
 
 def _refuse_live(exp_dir: str, exp_id: str) -> None:
-    from nnix.home import manager_alive, read_state
+    from nnix.home import busy_error, manager_alive, read_lock_holder, read_state
+
+    holder = read_lock_holder(Path(exp_dir))
+    if holder is not None:
+        raise busy_error(exp_id, holder)
 
     try:
         state = read_state(Path(exp_dir), summary=True)
