@@ -30,10 +30,17 @@ from nnix.home import STORE_NAME, Registry, pid_alive, read_state
 from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, manager_for, run_experiment
+from nnix.testing.killpoints import Chain, audited, chain_experiment, errors_logged, leftover_processes, settled
 from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab
 
 FAST: dict[str, Any] = {"connect_timeout": 3.0}
+
+
+def nnix_cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The nnix CLI in a process of its own."""
+    return subprocess.run([sys.executable, "-m", "nnix.cli.main", *args], capture_output=True, text=True,
+                          timeout=180, input=input, env=os.environ.copy())
 
 
 def _trial(code: Path, steps: int, step_s: float, hold: tuple[list[str], Path] | None = None,
@@ -539,3 +546,148 @@ def test_gpu_request_no_machine_can_meet_is_an_error_naming_the_machines(tmp_pat
     assert st.status is ExperimentStatus.ERROR
     assert "no machine can ever run this trial" in st.message
     assert all(f"{h.user}@{h.host}:22: No GPU found" in st.message for h in ssh_lab.hosts[:2]), st.message
+
+
+# --- a manager killed -9 at chosen points (nnix.testing.killpoints), stop and clean after it ---------------------
+METRICS = 12
+
+
+def _chain(tmp_path: Path, lab: SshLab, **service: Any) -> Chain:
+    gates = lab.home / f"gates-{tmp_path.name}"  # where the lab user's trials can see them
+    fields = chain_experiment(tmp_path / "code", gates, metrics=METRICS)
+    exp_id, _ = make_experiment(tmp_path / "code", **{**fields, "trialConcurrency": 2, "maxTrialNumber": 4,
+                                                     "trainingService": _remote(lab, lab.hosts[:2], **service)})
+    return Chain(exp_id, tmp_path, gates, dict(FAST))
+
+
+def test_a_manager_killed_at_each_point_is_resumed_on_ssh_hosts(tmp_path: Path, ssh_lab: SshLab) -> None:
+    """Reuse, two hosts: kill -9 before an agent is started, once it was started (its manager never heard of it),
+    at its hello, while trials run, just after one ended; each time resumed. Every trial succeeds, every metric
+    once, no ERROR, no agent or trial process of the experiment left on the hosts."""
+    chain = _chain(tmp_path, ssh_lab)
+    chain.kill_at("create", "submit")
+    for point in ("submitted", "hello", "running", "ended"):
+        chain.kill_at("resume", point)
+    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
+    st = read_state(chain.exp_dir)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4, [t.message for t in
+                                                                                   st.trials.values()]
+    a = audited(chain.exp_dir, METRICS, remote=True)
+    assert a.ok and not a.irregular, a
+    assert errors_logged(chain.exp_dir) == []
+    assert settled(lambda: leftover_processes(chain.exp_id), 60) == []
+
+
+@pytest.mark.parametrize("verb", ["stop", "delete"])
+def test_stop_or_delete_after_a_kill_ends_the_agents_and_trials(tmp_path: Path, ssh_lab: SshLab, verb: str) -> None:
+    chain = _chain(tmp_path, ssh_lab)
+    chain.kill_at("create", "running")
+    assert ssh_lab.agent_pids(chain.exp_id)  # they outlive the manager (for a resume)
+    res = nnix_cli("stop", chain.exp_id) if verb == "stop" else nnix_cli("experiment", "delete", chain.exp_id, "--yes")
+    assert res.returncode == 0, res.stderr
+    assert "killed 1 agent(s)" in res.stdout and "trial(s)" in res.stdout, res.stdout
+    assert settled(lambda: leftover_processes(chain.exp_id)) == []
+    if verb == "stop":
+        st = read_state(chain.exp_dir)
+        assert st.status is ExperimentStatus.STOPPED
+        assert any(t.status is TrialStatus.USER_CANCELED for t in st.trials.values())
+        assert not any(t.status is TrialStatus.RUNNING for t in st.trials.values())
+
+
+def test_an_agent_left_on_a_lost_host_is_listed_by_platform_clean_and_ended_by_stop(tmp_path: Path,
+                                                                                   ssh_lab: SshLab) -> None:
+    """A host cut while its trial runs is written off (requeue) and the experiment ends on the other host; its agent
+    and trial live on there, cut off (the agent would retry for a day). Once the host is back, `nnix platform
+    clean` lists the live agent, and `nnix stop` ends it and the trial."""
+    victim = ssh_lab.hosts[1]
+    release = _flag(ssh_lab, tmp_path)
+    exp_id, exp_dir = _experiment(tmp_path, ssh_lab, steps=15, step_s=0.1, trials=2, concurrency=2,
+                                  hosts=ssh_lab.hosts[:2], lostHostPolicy="requeue", lostHostTimeout=3,
+                                  hold=([victim.name], release))
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"searchSpace": SPACE, "trialCommand": "python3 trial.py", "trialConcurrency": 1,
+                               "tuner": {"name": "Random"}, "trialCodeDirectory": str(tmp_path / "code"),
+                               "trainingService": _remote(ssh_lab, ssh_lab.hosts[:2])}))
+    errors: list[BaseException] = []
+
+    def cut() -> None:
+        try:
+            wait_until(lambda: any(t.status is TrialStatus.RUNNING and str(t.output_dir).startswith(victim.host + ":")
+                                   and len(t.metrics) >= 2 for t in read_state(exp_dir).trials.values()), 120)
+            victim.link(False)
+        except BaseException as e:
+            errors.append(e)
+
+    cutter = _in_background(cut)
+    manager = Chain(exp_id, tmp_path, release.parent, dict(FAST)).start("create")  # (a process: `nnix stop` below)
+    try:
+        manager.wait(240)
+    finally:
+        if manager.poll() is None:
+            manager.kill()
+        victim.link(True)
+    _join(cutter, errors)
+    st = read_state(exp_dir)
+    assert st.status is ExperimentStatus.DONE, st.message
+    assert all(t.status is TrialStatus.SUCCEEDED for t in st.trials.values())
+    left = ssh_lab.agent_pids(exp_id)
+    assert left  # the lost host's agent, cut off from its manager
+    listed = nnix_cli("platform", "clean", "-c", str(cfg), input="n\n")
+    assert f"remote {victim.user}@{victim.host}:{victim.port}: live agent " in listed.stdout, listed.stdout
+    assert f"of experiment {exp_id}" in listed.stdout, listed.stdout
+    said = nnix_cli("stop", exp_id)
+    assert said.returncode == 0, said.stderr
+    assert f"remote {victim.user}@{victim.host}:{victim.port}: killed 1 agent(s)" in said.stdout, said.stdout
+    release.touch()
+    assert settled(lambda: leftover_processes(exp_id)) == []
+
+
+def test_a_link_cut_during_the_python_check_is_transient(tmp_path: Path, ssh_lab: SshLab,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """The link of a host is cut while its Python check runs (its `python3` waits there until the test says): the
+    host is not given up for good; once the link is back it is set up (the other host's trial waits until then)."""
+    victim, other = ssh_lab.hosts[0], ssh_lab.hosts[1]
+    tools = ssh_lab.home / f"py-{tmp_path.name}"
+    tools.mkdir()
+    reached, go = tools / "reached", tools / "go"
+    (tools / "python3").write_text(f"#!/bin/sh\nif [ ! -f {go} ]; then touch {reached}; "
+                                   f"while [ ! -f {go} ]; do sleep 0.05; done; fi\nexec /usr/bin/python3 \"$@\"\n")
+    (tools / "python3").chmod(0o755)
+    tools.chmod(0o777)
+    release = _flag(ssh_lab, tmp_path)
+    code = tmp_path / "code"
+    _trial(code, 3, 0.05, hold=([other.name], release))
+    machines = [victim.machine(pythonPath=str(tools)), other.machine()]
+    _, exp_dir = make_experiment(code, searchSpace=SPACE, trialCommand="python3 trial.py", trialConcurrency=1,
+                                 maxTrialNumber=1, trainingService={**_remote(ssh_lab), "machineList": machines,
+                                                                    "lostHostTimeout": 4})
+    caplog.set_level(logging.INFO, logger="nnix.services.remote")
+    label = f"{victim.user}@{victim.host}:{victim.port}"
+    errors: list[BaseException] = []
+
+    def said(words: str) -> bool:
+        return any(words in r.getMessage() for r in caplog.records)
+
+    def cut_while_checking() -> None:
+        try:
+            wait_until(reached.exists, 120, "the Python check to run on the host")
+            victim.link(False)
+            wait_until(lambda: said(f"the SSH connection to {label} was lost while a command ran there"), 60)
+            victim.link(True)
+            go.touch()
+            wait_until(lambda: said(f"machine {label} ready"), 120, "the host to be set up once back")
+        except BaseException as e:
+            errors.append(e)
+        finally:
+            release.touch()
+
+    cutter = _in_background(cut_while_checking)
+    try:
+        st = run_experiment(exp_dir, timeout=240, **FAST)
+    finally:
+        victim.link(True)
+        go.touch()
+        release.touch()
+    _join(cutter, errors)
+    assert st.status is ExperimentStatus.DONE, st.message
+    assert not said("no usable Python")

@@ -103,9 +103,9 @@ def test_an_agent_launched_polled_probed_and_stopped_over_real_ssh(ssh_lab: SshL
                                    "the killed agent's SSH channel to end")
             assert await launcher.probe(h, handle, pid, timeout=10) is None
             assert await launcher.find_agents(h) == []
-            [(label, paths, problem)] = await launcher.leftovers()
+            [(label, paths, problem, agents)] = await launcher.leftovers()
             work = f"{ssh_lab.home}/w"
-            assert (label, sorted(paths), problem) == (h.label, [f"{work}/exp1", f"{work}/venvs"], "")
+            assert (label, sorted(paths), problem, agents) == (h.label, [f"{work}/exp1", f"{work}/venvs"], "", [])
         finally:
             await launcher.close()
             await server.close()

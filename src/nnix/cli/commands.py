@@ -893,26 +893,31 @@ def platform_clean(
 
     loaded = load_config(config)
     places = find(loaded.config)
-    targets = [p for p in places if p.paths]
+    targets = [p for p in places if p.paths or p.agents]
     for p in places:
         for path in p.paths:
             typer.echo(f"{p.platform} {p.where}: {path}")
-        if not p.paths:
+        for agent in p.agents:  # (a killed manager's, or one cut off from it: it retries for a day)
+            typer.echo(f"{p.platform} {p.where}: live agent {agent}")
+        if not p.paths and not p.agents:
             typer.echo(f"{p.platform} {p.where}: " + (f"error: {p.problem}" if p.problem else p.note))
     if not targets:
         if any(p.problem for p in places):
             raise typer.Exit(1)
         return
     n = sum(len(p.paths) for p in targets)
-    if not yes and not typer.confirm(f"remove these {n} directories (stop experiments that use them first)?"):
+    agents = sum(len(p.agents) for p in targets)
+    what = f"kill these {agents} agents and their trials, and " if agents else ""
+    if not yes and not typer.confirm(f"{what}remove these {n} directories (stop experiments that use them first)?"):
         raise typer.Exit(1)
     failed = False
     for p in remove(loaded.config, targets):
         if p.problem:
             failed = True
             err(f"error: {p.platform} {p.where}: {p.problem}")
-        elif p.paths:
-            typer.echo(f"removed {len(p.paths)} from {p.where}")
+        elif p.paths or p.agents:
+            killed = f"killed {len(p.agents)} agent(s), " if p.agents else ""
+            typer.echo(f"{killed}removed {len(p.paths)} from {p.where}")
     if failed:
         raise typer.Exit(1)
 

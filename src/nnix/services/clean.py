@@ -3,7 +3,8 @@ experiment directories for a config's platform, found and removed.
 
 - ``local``: nothing (everything is under the experiment directories; ``nnix experiment delete`` removes them).
 - ``remote``: on each machine of ``machineList``, over SSH, the agent venvs (``<remoteWorkDir>/venvs``) and
-  each experiment's folder (``<remoteWorkDir>/<id>``: wheels, code, agents' and trials' files).
+  each experiment's folder (``<remoteWorkDir>/<id>``: wheels, code, agents' and trials' files); the live agents
+  found there are listed, and killed (with their trials) before their folders are removed.
 - ``slurm`` / ``ray`` with a shared working directory set: its ``envs/``, ``trials/`` (and ``wheels/``,
   ``code/`` when present); without one, nnix wrote only inside the experiment directories.
 - ``kubernetes``, ``kubeflow``, ``frameworkcontroller`` with ``storage.localMountPoint`` (or a ``hostPath``):
@@ -33,6 +34,7 @@ class Place:
     paths: list[str] = field(default_factory=list)
     note: str = ""
     problem: str = ""
+    agents: list[str] = field(default_factory=list)  # live agents found there (remote: a killed manager's)
 
 
 def _local_dirs(platform: str, root: Path | None, subdirs: tuple[str, ...], unset: str) -> Place:
@@ -52,8 +54,8 @@ def _single(ts: Any, config: ExperimentConfig) -> list[Place]:
 
         service = RemoteService.from_config(config.model_copy(update={"training_service": ts}), lambda _: None)
         found = asyncio.run(service.leftovers(remove=False))
-        return [Place("remote", label, paths, "" if paths or problem else "nothing of nnix's there", problem)
-                for label, paths, problem in found]
+        return [Place("remote", label, paths, "" if paths or problem or agents else "nothing of nnix's there", problem,
+                      agents) for label, paths, problem, agents in found]
     if platform == "slurm":
         return [_local_dirs("slurm", ts.shared_working_directory, ("envs", "trials", "wheels", "code"),
                             "nothing outside the experiment directories (sharedWorkingDirectory is not set)")]
@@ -89,8 +91,8 @@ def remove(config: ExperimentConfig, places: list[Place]) -> list[Place]:
             from nnix.services.remote import RemoteService
 
             service = RemoteService.from_config(config.model_copy(update={"training_service": member}), lambda _: None)
-            for label, paths, problem in asyncio.run(service.leftovers(remove=True)):
-                out.append(Place("remote", label, paths, problem=problem))
+            for label, paths, problem, agents in asyncio.run(service.leftovers(remove=True)):
+                out.append(Place("remote", label, paths, problem=problem, agents=agents))
     for place in places:
         if place.where != "local" or not place.paths:
             continue

@@ -367,7 +367,15 @@ class ClusterService(Configured, Machines):
     async def close(self, kill_trials: bool) -> None:
         if self._machines:
             await self._close_machines(kill_trials)
-            self._save(left=any(not e.dead and (e.trials or not e.stopping) for e in self._envs.values()))
+            # agents left running, or a machine out of reach whose agents may live on (a lost host's retry for a
+            # day): `nnix stop` (and `nnix platform clean`) end them
+            unreachable = [m.label for m in self._machines if m.state in ("down", "lost")]
+            if unreachable:
+                log.warning("agents of this experiment may be left on %s (not reachable now): `nnix stop %s` ends "
+                            "them once it is", ", ".join(unreachable),
+                            self._context.experiment_id if self._context is not None else "")
+            self._save(left=bool(unreachable) or any(not e.dead and (e.trials or not e.stopping)
+                                                     for e in self._envs.values()))
             return
         self._closing = True
         if self._monitor is not None:

@@ -133,9 +133,10 @@ class RemoteService(ClusterService):
         return await service.launcher.reclaim(trials)
 
     # --- `nnix platform clean` --------------------------------------------------------------------
-    async def leftovers(self, remove: bool = False) -> list[tuple[str, list[str], str]]:
-        """For each machine: ``(label, directories nnix left under remoteWorkDir, problem)``; with ``remove``
-        they are deleted (see :meth:`nnix.services.ssh.SshLauncher.leftovers`)."""
+    async def leftovers(self, remove: bool = False) -> list[tuple[str, list[str], str, list[str]]]:
+        """For each machine: ``(label, directories nnix left under remoteWorkDir, problem, live agents)``; with
+        ``remove`` the agents are killed and the directories deleted (see
+        :meth:`nnix.services.ssh.SshLauncher.leftovers`)."""
         return await self.launcher.leftovers(remove)
 
     # --- views (tests, CLI) ----------------------------------------------------------------------

@@ -576,9 +576,11 @@ class SshLauncher:
             work = home + work[1:]
         return work
 
-    # kills the live agents of the experiment folder $root (SIGKILL: they would retry for a day) and the trial process
+    # kills the live agents of the experiment folder $root (SIGKILL: they would retry for a day), the trial process
     # groups named by "<trial> <pid> <start time>" lines on stdin whose process is still the one that started (field
-    # 22 of /proc/<pid>/stat); SIGTERM first, SIGKILL after 2 s. Prints "agent <env> <pid>" and "trial <id> <pid>"
+    # 22 of /proc/<pid>/stat), and every process of this user marked with a trial token of the folder
+    # (NNIX_TRIAL_TOKEN, nnix.agent.containment: trials written off with a lost host, which the store no longer shows
+    # running); SIGTERM first, SIGKILL after 2 s. Prints "agent <env> <pid>", "trial <id> <pid>", "proc <pid>"
     _RECLAIM = (
         'root={root}; for d in "$root"/envs/*/; do [ -f "$d/agent.pid" ] || continue; p=$(cat "$d/agent.pid"); '
         'case "$p" in ""|*[!0-9]*) continue;; esac; kill -0 "$p" 2>/dev/null || continue; '
@@ -587,10 +589,17 @@ class SshLauncher:
         'case "$p" in ""|*[!0-9]*) continue;; esac; '
         'now=$(cut -d")" -f2- "/proc/$p/stat" 2>/dev/null | awk \'{{print $20}}\'); [ -n "$now" ] && '
         '[ "$now" = "$s" ] || continue; kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null; '
-        'echo "trial $t $p"; groups="$groups $p"; done; [ -n "$groups" ] || exit 0; i=0; while [ $i -lt 20 ]; do '
-        'left=""; for p in $groups; do kill -0 -- "-$p" 2>/dev/null && left="$left $p"; done; '
+        'echo "trial $t $p"; groups="$groups $p"; done; procs=""; '
+        'toks=$(cat "$root"/trials/*/.nnix/token 2>/dev/null | grep -E "^[0-9a-f]{{32}}$" | tr "\\n" "|"); '
+        'toks=${{toks%|}}; if [ -n "$toks" ]; then for e in /proc/[0-9]*/environ; do p=${{e#/proc/}}; '
+        'p=${{p%/environ}}; [ "$p" = $$ ] && continue; tr "\\0" "\\n" < "$e" 2>/dev/null | '
+        'grep -qE "^NNIX_TRIAL_TOKEN=($toks)$" || continue; kill -TERM "$p" 2>/dev/null && {{ procs="$procs $p"; '
+        'echo "proc $p"; }}; done; fi; [ -n "$groups$procs" ] || exit 0; i=0; while [ $i -lt 20 ]; do left=""; '
+        'for p in $groups; do kill -0 -- "-$p" 2>/dev/null && left="$left $p"; done; '
+        'for p in $procs; do kill -0 "$p" 2>/dev/null && left="$left $p"; done; '
         '[ -n "$left" ] || exit 0; sleep 0.1; i=$((i+1)); done; '
-        'for p in $groups; do kill -KILL -- "-$p" 2>/dev/null; done; exit 0'
+        'for p in $groups; do kill -KILL -- "-$p" 2>/dev/null; done; '
+        'for p in $procs; do kill -KILL "$p" 2>/dev/null; done; exit 0'
     )
 
     async def reclaim(self, trials: Sequence[Any]) -> list[str]:
@@ -617,12 +626,15 @@ class SshLauncher:
             finally:
                 self.drop(m)
             words = [line.split() for line in _text(r.stdout).splitlines()]
-            agents = [w[1] for w in words if len(w) == 3 and w[0] == "agent"]
-            killed = [w[1] for w in words if len(w) == 3 and w[0] == "trial"]
-            if not agents and not killed:
+            agents = sorted(w[1] for w in words if len(w) == 3 and w[0] == "agent")
+            killed = sorted(w[1] for w in words if len(w) == 3 and w[0] == "trial")
+            procs = {w[1] for w in words if len(w) == 2 and w[0] == "proc"} - {
+                w[2] for w in words if len(w) == 3 and w[0] == "trial"}
+            if not agents and not killed and not procs:
                 return ""
             parts = ([f"{len(agents)} agent(s) ({', '.join(agents)})"] if agents else []) + (
-                [f"{len(killed)} trial(s) ({', '.join(killed)})"] if killed else [])
+                [f"{len(killed)} trial(s) ({', '.join(killed)})"] if killed else []) + (
+                [f"{len(procs)} other trial process(es)"] if procs else [])
             return f"remote {m.label}: killed " + " and ".join(parts)
 
         return [line for line in await asyncio.gather(*(one(m) for m in self._hosts)) if line]
@@ -634,29 +646,44 @@ class SshLauncher:
         '[ -d venvs ] && ls -d venvs/nnix-* >/dev/null 2>&1 && echo "$w/venvs"; '
         'for d in */; do d=${{d%/}}; [ "$d" = venvs ] && continue; '
         'for h in "$d"/*/; do if [ -d "$h/envs" ] || [ -d "$h/trials" ]; then echo "$w/$d"; break; fi; done; '
-        'done; exit 0'
+        'done; for f in */*/envs/*/agent.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); '
+        'case "$p" in ""|*[!0-9]*) continue;; esac; kill -0 "$p" 2>/dev/null || continue; '
+        'grep -qa nnix.agent "/proc/$p/cmdline" 2>/dev/null && echo "agent $f $p"; done; exit 0'
     )
 
-    async def leftovers(self, remove: bool = False) -> list[tuple[str, list[str], str]]:
-        """For each machine: ``(label, directories nnix left under remoteWorkDir, problem)``; with ``remove``
-        they are deleted (and remoteWorkDir itself when that leaves it empty). Connects, runs, disconnects."""
+    async def leftovers(self, remove: bool = False) -> list[tuple[str, list[str], str, list[str]]]:
+        """For each machine: ``(label, directories nnix left under remoteWorkDir, problem, live agents)``, an agent
+        as ``<environment> (pid <pid>) of experiment <id>`` (one a killed or cut-off manager left: it retries for a
+        day); with ``remove`` the agents and their trials are killed and the directories deleted (and remoteWorkDir
+        itself when that leaves it empty). Connects, runs, disconnects."""
 
-        async def one(m: SshHost) -> tuple[str, list[str], str]:
+        async def one(m: SshHost) -> tuple[str, list[str], str, list[str]]:
             try:
                 m.conn = await self.connect(m)
                 work = await self._work_dir_on(m)
                 found = await self.run(m, self._LEFTOVERS.format(work=_q(work)))
                 if found.exit_status not in (0, None):
-                    return m.label, [], f"cannot list {work}: {_text(found.stderr).strip()}"
-                paths = [p for p in _text(found.stdout).splitlines() if p.startswith(work + "/")]
-                if remove and paths:
-                    r = await self.run(m, "rm -rf -- " + " ".join(_q(p) for p in paths)
-                                        + f"; rmdir {_q(work)} 2>/dev/null; true")
-                    if r.exit_status not in (0, None):
-                        return m.label, paths, f"rm failed: {_text(r.stderr).strip()}"
-                return m.label, paths, ""
+                    return m.label, [], f"cannot list {work}: {_text(found.stderr).strip()}", []
+                lines = _text(found.stdout).splitlines()
+                paths = [p for p in lines if p.startswith(work + "/")]
+                agents, roots = [], set()
+                for line in lines:
+                    words = line.split()
+                    parts = words[1].split("/") if len(words) == 3 and words[0] == "agent" else []
+                    if len(parts) == 5:  # <experiment>/<host>/envs/<environment>/agent.pid
+                        agents.append(f"{parts[3]} (pid {words[2]}) of experiment {parts[0]}")
+                        roots.add(f"{work}/{parts[0]}/{parts[1]}")
+                if remove:
+                    for root in sorted(roots):  # first the agents, and the trials they ran
+                        await self.run(m, self._RECLAIM.format(root=_q(root)) + " < /dev/null", timeout=60)
+                    if paths:
+                        r = await self.run(m, "rm -rf -- " + " ".join(_q(p) for p in paths)
+                                           + f"; rmdir {_q(work)} 2>/dev/null; true")
+                        if r.exit_status not in (0, None):
+                            return m.label, paths, f"rm failed: {_text(r.stderr).strip()}", agents
+                return m.label, paths, "", agents
             except ServiceError as e:
-                return m.label, [], e.message
+                return m.label, [], e.message, []
             finally:
                 self.drop(m)
 

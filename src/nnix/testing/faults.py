@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,8 +150,9 @@ def channel_lines(metrics_file: Path) -> set[int]:
     return out
 
 
-def audit(exp_dir: Path, metrics: int | None = None) -> Audit:
-    """Compare the store with every trial's channel file."""
+def audit(exp_dir: Path, metrics: int | None = None, locate: Callable[[str], Path] = Path) -> Audit:
+    """Compare the store with every trial's channel file; ``locate``: where a trial's recorded ``output_dir`` is
+    here (SSH hosts of a lab share this file system: ``host:path`` -> ``path``)."""
     state = read_state(exp_dir)
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     try:
@@ -167,7 +169,7 @@ def audit(exp_dir: Path, metrics: int | None = None) -> Audit:
         a.succeeded += t.status is TrialStatus.SUCCEEDED
         got = per_trial.get(t.trial_id, Counter())
         if t.output_dir:
-            out = Path(t.output_dir)
+            out = locate(t.output_dir)
             a.reruns += sum(1 for p in out.parent.glob(f"{t.trial_id}.*") if p.is_dir())
             expected = channel_lines(out / ".nnix" / "metrics.jsonl")
         else:

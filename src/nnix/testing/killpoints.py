@@ -256,9 +256,10 @@ def settled(check: Callable[[], list[str]], timeout: float = 30.0) -> list[str]:
         time.sleep(0.2)
 
 
-def audited(exp_dir: Path, metrics: int) -> Audit:
-    """:func:`nnix.testing.faults.audit` of the experiment (channel files against the store)."""
-    return audit(exp_dir, metrics)
+def audited(exp_dir: Path, metrics: int, remote: bool = False) -> Audit:
+    """:func:`nnix.testing.faults.audit` of the experiment (channel files against the store); ``remote``: the trials
+    ran on SSH hosts of a lab, whose files are on this file system (``host[:port]:path``)."""
+    return audit(exp_dir, metrics, (lambda s: Path(s.rpartition(":")[2])) if remote else Path)
 
 
 if __name__ == "__main__":
