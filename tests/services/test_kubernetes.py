@@ -33,6 +33,7 @@ from nnix.services.kubernetes import (
 )
 from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
+from nnix.testing.killpoints import Chain, audited, chain_experiment, errors_logged, leftover_processes, settled
 from nnix.testing.kube import FakeOperators, KubeLab
 from nnix.testing.spaces import UNIT as SPACE
 
@@ -485,3 +486,59 @@ def test_a_detached_manager_is_resumed_and_takes_its_jobs_over(tmp_path: Path, k
         assert [m.sequence for m in t.metrics if m.type is MetricType.PERIODICAL] == list(range(40))  # once each
     assert {t.environment_id for t in st.trials.values()} == {e for e in saved["envs"]}  # taken over, no new Job
     wait_until(lambda: not kube_lab.experiment_objects(exp_id), 30, show=lambda: kube_lab.experiment_objects(exp_id))
+
+
+# --- a manager killed -9 at chosen points (nnix.testing.killpoints) ------------------------------------------------
+METRICS = 12
+
+
+def _chain(tmp_path: Path, reuse: bool) -> Chain:
+    gates = tmp_path / "gates"
+    fields = chain_experiment(tmp_path / "code", gates, metrics=METRICS)
+    store = tmp_path / "storage"
+    store.mkdir(exist_ok=True)
+    storage = {"storageType": "hostPath", "path": str(store), "containerMountPoint": str(store)}
+    exp_id, _ = make_experiment(tmp_path / "code", **{
+        **fields, "trialConcurrency": 2, "maxTrialNumber": 4, "nniManagerIp": "127.0.0.1",
+        "trainingService": {"platform": "kubernetes", "reuseMode": reuse, "storage": storage}})
+    return Chain(exp_id, tmp_path, gates, {**FAST, "lost_timeout": 20.0})
+
+
+def test_a_manager_killed_at_each_point_is_resumed_on_kubernetes(tmp_path: Path, kube_lab: KubeLab) -> None:
+    """Non-reuse (a Job per trial): kill -9 before a Job is created (its token Secret may be), after it was created
+    but before its name was recorded, at its agent's hello, while trials run, just after one ended; each time
+    resumed. Every trial succeeds, every metric once, no ERROR, no Job, pod or Secret of the experiment left."""
+    chain = _chain(tmp_path, reuse=False)
+    chain.kill_at("create", "submit")
+    for point in ("submitted", "hello", "running", "ended"):
+        chain.kill_at("resume", point)
+    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
+    st = read_state(chain.exp_dir)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4, [t.message for t in
+                                                                                   st.trials.values()]
+    a = audited(chain.exp_dir, METRICS)
+    assert a.ok and not a.irregular, a
+    assert errors_logged(chain.exp_dir) == []
+    assert settled(lambda: kube_lab.experiment_objects(chain.exp_id)) == {}
+    assert settled(lambda: leftover_processes(chain.exp_id)) == []
+
+
+@pytest.mark.parametrize("verb", ["stop", "delete"])
+def test_stop_or_delete_after_a_kill_deletes_every_object(tmp_path: Path, kube_lab: KubeLab, verb: str) -> None:
+    """kill -9 while trials run, then `nnix stop` / `nnix experiment delete`: every Job, pod and token Secret of the
+    experiment is deleted, the trials shown RUNNING are USER_CANCELED (stop)."""
+    from nnix.testing.faults import nnix
+
+    chain = _chain(tmp_path, reuse=True)
+    chain.kill_at("create", "running")
+    assert kube_lab.experiment_objects(chain.exp_id)
+    res = nnix("stop", chain.exp_id) if verb == "stop" else nnix("experiment", "delete", chain.exp_id, "--yes")
+    assert res.returncode == 0, res.stderr
+    assert "kubernetes: cancelled" in res.stdout, res.stdout
+    assert settled(lambda: kube_lab.experiment_objects(chain.exp_id)) == {}
+    assert settled(lambda: leftover_processes(chain.exp_id)) == []
+    if verb == "stop":
+        st = read_state(chain.exp_dir)
+        assert st.status is ExperimentStatus.STOPPED
+        assert any(t.status is TrialStatus.USER_CANCELED for t in st.trials.values())
+        assert not any(t.status is TrialStatus.RUNNING for t in st.trials.values())

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from nnix.home import read_state
 from nnix.model.status import ExperimentStatus, TrialStatus
@@ -246,7 +246,10 @@ def leftover_processes(exp_id: str) -> list[str]:
     return found
 
 
-def settled(check: Callable[[], list[str]], timeout: float = 30.0) -> list[str]:
+_Left = TypeVar("_Left", list[str], dict[str, list[str]])
+
+
+def settled(check: Callable[[], _Left], timeout: float = 30.0) -> _Left:
     """``check()`` (what is left) once it is empty, or what it still says after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -2,7 +2,10 @@
 pod bound to it as a local process (``command`` + ``args``, its ``env`` with ``secretKeyRef`` / ``configMapKeyRef``
 / ``fieldRef`` resolved, ``workingDir``), then reports the pod Running and Succeeded / Failed with the real exit code
 (``OOMKilled`` when the process got SIGKILL and ``NNIX_FAKE_OOM`` is set in its env, to test that path). A pod
-being deleted has its process group killed (SIGTERM, SIGKILL after the grace period) and is then removed.
+being deleted has its process group killed (SIGTERM, SIGKILL after the grace period) and is then removed. As a
+container runtime ends every process of a container with it, every process started in a pod (marked by
+``NNIX_FAKE_POD`` in its environment, which its children inherit, new sessions included) is killed once the pod's
+process has exited or the pod is deleted.
 
 No images, volumes, probes or limits: every pod runs on this machine, with this machine's file system. What this
 tests is the API work of a training service (objects, watches, statuses, cancellation, cleanup).
@@ -117,13 +120,27 @@ def main() -> None:  # pragma: no cover - runs as its own process in the tests
             "containerStatuses": [{"name": c.name, "ready": phase == "Running", "restartCount": 0,
                                    "image": c.image or "", "imageID": "", "state": state}]}})
 
+    def kill_marked(marker: str) -> None:
+        """Kill what is left of a pod's processes (those whose environment carries its marker)."""
+        needle = f"NNIX_FAKE_POD={marker}".encode()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if needle not in f.read().split(b"\0"):
+                        continue
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                continue
+
     def run(pod: Any) -> None:
         key = (pod.metadata.namespace, pod.metadata.name)
         c = pod.spec.containers[0]
         argv = list(c.command or []) + list(c.args or [])
         started = _now()
         try:
-            env = env_of(pod)
+            env = {**env_of(pod), "NNIX_FAKE_POD": f"{key[0]}/{key[1]}/{pod.metadata.uid}"}
             log = open(f"{LOGDIR}/{key[0]}_{key[1]}.log", "wb")
             p = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                  cwd=c.working_dir or None)
@@ -135,6 +152,7 @@ def main() -> None:  # pragma: no cover - runs as its own process in the tests
         set_status(pod, "Running", started)
         rc = p.wait()
         procs.pop(key, None)
+        kill_marked(env["NNIX_FAKE_POD"])  # the container is over: nothing started in it runs on
         code = rc if rc >= 0 else 128 - rc
         reason = "OOMKilled" if rc == -signal.SIGKILL and env.get("NNIX_FAKE_OOM") else ""
         try:
