@@ -11,6 +11,9 @@ the history as observations, acquisition functions and their maximisation, and a
 * **Acquisition.** Expected improvement, upper confidence bound, probability of improvement, with
   their derivatives (:func:`acquisition`); :func:`maximize_in_cube` scores random warm-up points plus
   perturbations of the best observations and refines the best few with L-BFGS-B.
+* **The same on every CPU** (:mod:`nnix.tuners.stable`): candidates and observations are ranked on a
+  grid, so a choice does not hang on the last bits of a score, and the encoding's :meth:`~UnitEncoding.snap`
+  rounds the points it proposes to nine decimals.
 * **Skeleton.** :class:`BayesianTuner` holds the proposal loop: random draws until the model is ready,
   an optional queue of replays, a constant liar (the worst observed value) for running trials and for the
   earlier proposals of the batch, deduplication of discrete spaces, and
@@ -37,6 +40,7 @@ from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace
 from nnix.tuners.base import TunerArgs, TunerContext, rng_for
 from nnix.tuners.dedup import Deduplicator, exhausted
+from nnix.tuners.stable import OBS_DIGITS, order_desc, settle
 from nnix.tuners.transform import SpaceTransform, unsupported
 
 __all__ = [
@@ -116,8 +120,9 @@ class UnitEncoding(SpaceTransform):
         return self.from_unit(u)
 
     def snap(self, points: Array) -> Array:
-        """Each row moved to the point that would really be proposed (levels, q grids, bounds)."""
-        return self.snap_unit(points)
+        """Each row moved to the point that would really be proposed (levels, q grids, bounds), rounded
+        to :data:`~nnix.tuners.stable.UNIT_DECIMALS` decimals (the same point on every machine)."""
+        return settle(self.snap_unit(points))
 
     def snap_one(self, u: Array) -> Array:
         snapped: Array = self.snap(u[None, :])[0]
@@ -204,7 +209,7 @@ def best_and_recent(y: Array, cap: int) -> NDArray[np.int64]:
     n = y.shape[0]
     if n <= cap:
         return np.arange(n)
-    best = np.argsort(-y, kind="stable")[: cap // 2]
+    best = order_desc(y, OBS_DIGITS)[: cap // 2]
     rest = np.setdiff1d(np.arange(n), best)[-(cap - best.shape[0]) :]
     return np.sort(np.concatenate([best, rest]))
 
@@ -277,7 +282,7 @@ def acquisition_score_grad(
 
 def best_centres(obs: Observations) -> Array:
     """The best ``LOCAL_CENTRES`` observations, best first: where local candidates are drawn."""
-    centres: Array = obs.x[np.argsort(-obs.y, kind="stable")[:LOCAL_CENTRES]]
+    centres: Array = obs.x[order_desc(obs.y, OBS_DIGITS)[:LOCAL_CENTRES]]
     return centres
 
 
@@ -310,7 +315,7 @@ def maximize_in_cube(
     if score_grad is not None and starts > 0:
         refined: list[Array] = []
         seen: set[bytes] = set()
-        for i in np.argsort(-values, kind="stable"):
+        for i in order_desc(values):
             if len(seen) >= starts:
                 break
             start = cand[i]
@@ -340,7 +345,7 @@ def maximize_in_cube(
             cand = np.vstack([extra, cand])
             values = np.concatenate([score(extra), values])
     values = np.where(np.isfinite(values), values, -np.inf)
-    order = np.argsort(-values, kind="stable")
+    order = order_desc(values)
     return cand[order], values[order]
 
 

@@ -23,7 +23,8 @@ Fresh configurations (round 0) follow Falkner et al. (2018):
   ``1.06 * std * n**(-1 / (dim + 4))`` at least ``min_bandwidth``; categorical kernels keep the observed
   option with probability ``1 - lambda``);
 * ``num_samples`` candidates are drawn around random good observations with bandwidths widened by
-  ``bandwidth_factor``; the one maximising ``l(x) / g(x)`` is proposed;
+  ``bandwidth_factor``; the one maximising ``l(x) / g(x)`` (ranked on a grid, :mod:`nnix.tuners.stable`) is
+  proposed;
 * with probability ``random_fraction``, or while no budget has enough observations, the draw is random
   (on discrete spaces, model and random draws avoid configurations already tried when they can).
 
@@ -59,6 +60,7 @@ from nnix.tuners.hyperband import (
     random_config,
     seen_configs,
 )
+from nnix.tuners.stable import order_desc
 from nnix.tuners.transform import EDGE as _EDGE
 from nnix.tuners.transform import SpaceTransform
 
@@ -275,7 +277,7 @@ class BOHBTuner:
         good, bad = model
         cands = good.sample(rng, self.args.num_samples, self.args.bandwidth_factor, self.args.min_bandwidth)
         score = good.log_pdf(cands) - bad.log_pdf(cands)
-        for j in np.argsort(-score, kind="stable"):
+        for j in order_desc(score):
             params = enc.decode(cands[j], rng)
             k = key(params)
             if k not in seen and k not in taken and not clashes(k):

@@ -16,7 +16,8 @@ gives a mean and a variance for any point, and the next proposal maximises expec
   prior precision and the noise precision maximise the evidence (closed form in the eigenbasis of
   the features' Gram matrix, L-BFGS-B in log space).
 * **Proposal**: the point with the highest expected improvement among ``sample_size`` random points
-  of the space plus ``LOCAL_POINTS`` perturbations of the best results (NNI: random points only).
+  of the space plus ``LOCAL_POINTS`` perturbations of the best results (NNI: random points only),
+  ranked on a grid (:mod:`nnix.tuners.stable`) so that a near-tie is not decided by the CPU's rounding.
   Until the first training boundary (``trials_per_update`` results), proposals are random draws, as
   in NNI.
 
@@ -60,6 +61,7 @@ from nnix.tuners.bo import (
     candidate_points,
     select_new,
 )
+from nnix.tuners.stable import order_desc
 
 __all__ = ["DNGOArgs", "DNGOTuner"]
 
@@ -264,4 +266,4 @@ class DNGOTuner(BayesianTuner[DNGOArgs, _Surrogate]):
         candidates = candidate_points(enc, rng, min(self.args.sample_size, SAMPLE_CAP), best_centres(obs))
         mu, sd = regression.predict(_with_bias(net.features(candidates)))
         ei = acquisition("ei", mu, sd, float(obs.y.max()), 0.0, 0.0)[0]
-        return select_new(enc, candidates[np.argsort(-ei, kind="stable")], self._dedup)
+        return select_new(enc, candidates[order_desc(ei)], self._dedup)

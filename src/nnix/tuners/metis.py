@@ -63,6 +63,7 @@ from nnix.tuners.bo import (
     warm_up_size,
 )
 from nnix.tuners.gp import GPModel, fit_gp
+from nnix.tuners.stable import OBS_DIGITS, order_desc
 
 __all__ = ["MetisArgs", "MetisTuner"]
 
@@ -110,7 +111,7 @@ def _bandwidth(x: Array) -> Array:
 
 def gmm_candidates(obs: Observations, enc: UnitEncoding, rng: np.random.Generator) -> Array:
     """The best draws from the good mixture by good/bad density ratio, best first."""
-    order = np.argsort(-obs.y, kind="stable")
+    order = order_desc(obs.y, OBS_DIGITS)
     n_good = max(1, math.ceil(GOOD_FRACTION * obs.n))
     good, bad = obs.x[order[:n_good]], obs.x[order[n_good:]]
     h_good = _bandwidth(good)
@@ -119,7 +120,7 @@ def gmm_candidates(obs: Observations, enc: UnitEncoding, rng: np.random.Generato
     ratio = _mixture_logpdf(draws, good, h_good)
     if bad.shape[0]:
         ratio = ratio - _mixture_logpdf(draws, bad, _bandwidth(bad))
-    best: Array = draws[np.argsort(-ratio, kind="stable")[:GMM_CANDIDATES]]
+    best: Array = draws[order_desc(ratio)[:GMM_CANDIDATES]]
     return best
 
 
@@ -148,8 +149,8 @@ class MetisTuner(BayesianTuner[MetisArgs, GPModel]):
         history: Sequence[TrialRecord] = ctx.history
         counts = Counter(key(r.params) for r in history)
         out: list[Params] = []
-        for i in np.argsort(-np.abs(residuals), kind="stable"):
-            if abs(float(residuals[i])) <= OUTLIER_SIGMAS:
+        for i in order_desc(np.abs(residuals)):
+            if round(abs(float(residuals[i])), 6) <= OUTLIER_SIGMAS:
                 break
             if float(model.y[i]) < median:
                 continue
@@ -187,5 +188,5 @@ class MetisTuner(BayesianTuner[MetisArgs, GPModel]):
             return select_new(enc, candidates, self._dedup)
         optimum, _ = maximize_in_cube(enc, mean, mean_grad, rng, warm_up, starts, centres)
         pool = np.vstack([optimum[:GMM_CANDIDATES], gmm_candidates(obs, enc, rng_for(seed, pid, _STREAM_GMM))])
-        ranked = pool[np.argsort(-ei(pool), kind="stable")]
+        ranked = pool[order_desc(ei(pool))]
         return select_new(enc, np.vstack([ranked, optimum]), self._dedup)

@@ -3,7 +3,8 @@
 The algorithm (Bergstra et al., 2011): the finished trials are split by loss into a small "good"
 set and the rest; each set is modelled by a Parzen mixture (one kernel per observation plus a
 prior kernel); candidates are drawn from the good mixture ``l`` and the one maximising
-``log l(x) - log g(x)`` is proposed. Everything is recomputed from ``ctx.history`` on each call
+``log l(x) - log g(x)`` is proposed (ratios ranked on a grid, :mod:`nnix.tuners.stable`, so that a near-tie
+is not decided by the CPU's rounding). Everything is recomputed from ``ctx.history`` on each call
 (the only cache holds per-record facts: the encoding of past parameter sets, their values and
 statuses, extended while the history grows -- from a History of the same lineage that logs its
 replaced records, in O(new + replaced records); work arrays are reused but carry nothing from one
@@ -90,6 +91,7 @@ from nnix.model.trials import Direction, TrialRecord
 from nnix.space import Params, SearchSpace
 from nnix.tuners.base import History, TunerArgs, TunerContext
 from nnix.tuners.dedup import Deduplicator, extends_records
+from nnix.tuners.stable import argmax
 from nnix.tuners.transform import Column, Group, SpaceTransform
 
 __all__ = [
@@ -779,7 +781,7 @@ class TPETuner:
                 g_mix = _Mixture(block, bad_obs, w_bad, s, n_members, self._scratch, "g")
                 x, cats = l_mix.sample(rng, s.n_candidates)
                 score = l_mix.log_pdf(x, cats) - g_mix.log_pdf(x, cats)
-                best = int(np.argmax(score))
+                best = argmax(score)
                 for k, j in enumerate(block.num):
                     row[block.dims[j].col] = block.centre[k] + block.scale[k] * x[best, k]
                 for c, j in enumerate(block.cat):
