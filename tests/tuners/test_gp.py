@@ -177,3 +177,37 @@ def test_args() -> None:
     assert resolve("tuner", AlgorithmRef(name="GP")) is GPTuner
     assert resolve("tuner", AlgorithmRef(name="GPTuner")) is GPTuner
     assert GPTuner.heavy is True
+
+
+def test_squared_distances_of_near_duplicates_are_exact() -> None:
+    """A liar next to an observation: their distance, not the rounding of |a|^2 + |b|^2 - 2 a.b (which
+    made the kernel matrix, and the proposals, depend on the CPU's BLAS)."""
+    from nnix.tuners.gp import _sq_dist
+
+    rng = np.random.default_rng(0)
+    a = rng.random((50, 6)) * 3.0  # unit-cube points over length scales of 1/3
+    b = a + 1e-6 * rng.standard_normal(a.shape)
+    d2 = _sq_dist(a, b)
+    exact = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    assert np.abs(np.diag(d2) / np.diag(exact) - 1.0).max() < 1e-12  # the expansion: off by up to 0.3%
+    assert np.allclose(d2, exact, rtol=1e-12, atol=0.0)
+
+
+def test_the_fit_does_not_hang_on_the_last_bits() -> None:
+    """A few observations of a function of two of six parameters: the likelihood alone is flat along the
+    four others, and where the fit stopped moved by up to 2e-3 (log scale) when the results changed by
+    1e-13; with the prior it moves by less than 1e-6."""
+    from nnix.tuners.gp import _fit_hyper
+
+    moved = []
+    for trial in range(40):
+        rng = np.random.default_rng(trial)
+        x = rng.random((5 + trial % 8, 6))
+        y = np.sin(3 * x[:, 0]) + x[:, 1] ** 2
+        y = (y - y.mean()) / y.std()
+        a = _fit_hyper(x, y, 2.5, 1e-6)
+        b = _fit_hyper(x, y * (1 + 1e-13 * rng.standard_normal(y.shape)), 2.5, 1e-6)
+        theta_a = np.log(np.r_[a.amplitude, a.lengths, a.noise])
+        theta_b = np.log(np.r_[b.amplitude, b.lengths, b.noise])
+        moved.append(float(np.abs(theta_a - theta_b).max()))
+    assert max(moved) < 1e-6, moved

@@ -3,9 +3,15 @@
 The model is a Gaussian process written with numpy/scipy (no scikit-learn): a constant mean, a
 Matérn kernel with smoothness ``nu`` (closed forms for 0.5, 1.5, 2.5 and ``inf`` = RBF, the Bessel
 form otherwise) and one length scale per parameter (ARD), a learned noise variance plus the fixed
-jitter ``alpha``. The amplitude, length scales and noise maximise the marginal likelihood (analytic
-gradient, L-BFGS-B from the best of six fixed starting points, so the fit is a pure function of the
-data).
+jitter ``alpha``. The amplitude, length scales and noise maximise the marginal likelihood times a weak
+log-normal prior of the amplitude and the length scales (analytic gradient, L-BFGS-B from the best of six
+fixed starting points, so the fit is a pure function of the data).
+
+The same seed and history give the same proposals on any CPU (:mod:`nnix.tuners.stable`): the prior
+gives the fit one well-defined optimum (the likelihood of a few observations is flat along a parameter
+that does not matter, and where the optimiser stopped on the flat depended on the CPU's rounding);
+kernel distances are computed from differences (near-duplicates, a liar next to an observation, keep
+their distance); candidates are ranked on a grid and proposed points rounded to nine decimals.
 Parameters live in the unit cube: uniform types linearly, log types in log space, ``randint`` and
 numeric ``choice`` as ordered levels (``choice`` options sorted by value), q-types relaxed and
 rounded on output; the acquisition is always scored at the point that would really be proposed.
@@ -63,6 +69,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 from scipy.linalg import LinAlgError, cho_solve, cholesky, solve_triangular
 from scipy.optimize import minimize
+from scipy.spatial.distance import cdist
 from scipy.special import gamma as gamma_fn
 from scipy.special import kv
 
@@ -90,6 +97,7 @@ from nnix.tuners.bo import (
     warm_up_size,
 )
 from nnix.tuners.bo import Utility as Utility
+from nnix.tuners.stable import OBS_DIGITS, argmax, order_desc
 
 __all__ = [  # the toolkit's names stay importable from here
     "EncodingCache",
@@ -119,7 +127,7 @@ def _best_and_spread(y: Array, cap: int) -> NDArray[np.int64]:
     n = y.shape[0]
     if n <= cap:
         return np.arange(n)
-    best = np.argsort(-y, kind="stable")[: cap // 5]
+    best = order_desc(y, OBS_DIGITS)[: cap // 5]
     rest = np.setdiff1d(np.arange(n), best)
     pick = rest[np.linspace(0, rest.shape[0] - 1, cap - best.shape[0]).round().astype(np.int64)]
     return np.sort(np.concatenate([best, pick]))
@@ -157,8 +165,10 @@ def _matern(r: Array, nu: float) -> tuple[Array, Array]:
 
 
 def _sq_dist(a: Array, b: Array) -> Array:
-    d2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
-    out: Array = np.maximum(d2, 0.0)
+    """Squared distances between the rows of ``a`` and ``b``, from their differences: exact where points are
+    close. (``|a|^2 + |b|^2 - 2 a.b`` loses every digit of a near-duplicate's distance, and the kernel
+    matrix of a liar next to an observation then hangs on the CPU's rounding.)"""
+    out: Array = cdist(a, b, "sqeuclidean")
     return out
 
 
@@ -185,8 +195,16 @@ class Hyper:
 
 _LOG_AMP = (math.log(0.05), math.log(20.0))
 _LOG_LEN = (math.log(0.01), math.log(20.0))
-_LOG_NOISE = (math.log(1e-6), math.log(1.0))
+# noise variance of the standardised y, at least 1e-5 (sd 0.3% of y's): nearer 0 the kernel matrix of a few
+# close observations is so ill-conditioned that the fit ends wherever the CPU's rounding lets its line search
+_LOG_NOISE = (math.log(1e-5), math.log(1.0))
 _START_LENGTHS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)  # screened starting length scales of the fit
+# The fit maximises the likelihood times a log-normal prior of the amplitude (median 1: y is standardised) and
+# of each length scale (median 0.3 of the unit cube), both with this standard deviation of the log. Without
+# it the likelihood of a few observations is flat along a length scale that does not matter (any value from
+# 2 to 20 fits), and where L-BFGS-B stops along it depends on the CPU's rounding: so do the proposals.
+_PRIOR_AMPLITUDE, _PRIOR_LENGTH, _PRIOR_SD = 1.0, 0.3, 1.0
+FIT_FTOL, FIT_GTOL = 1e-10, 1e-6  # the fit stops near the optimum, not on a flat stretch before it
 
 
 def _fit_hyper(x: Array, y: Array, nu: float, alpha: float) -> Hyper:
@@ -196,6 +214,7 @@ def _fit_hyper(x: Array, y: Array, nu: float, alpha: float) -> Hyper:
     diffs2 = np.moveaxis(diffs2, 2, 0)  # (d, n, n)
     eye = np.eye(n)
     half_log_2pi = 0.5 * n * math.log(2.0 * math.pi)
+    prior_centre = np.array([math.log(_PRIOR_AMPLITUDE)] + [math.log(_PRIOR_LENGTH)] * d)
 
     def nll(theta: Array) -> tuple[float, Array]:
         amp = math.exp(theta[0])
@@ -217,14 +236,19 @@ def _fit_hyper(x: Array, y: Array, nu: float, alpha: float) -> Hyper:
         grad[0] = -0.5 * float((w * kf).sum())
         grad[1 : d + 1] = -0.5 * amp * np.einsum("ij,kij->k", w * g, scaled)
         grad[-1] = -0.5 * noise * float(np.trace(w))
+        # the log-normal prior of the amplitude and the length scales
+        dev = (theta[: d + 1] - prior_centre) / _PRIOR_SD
+        value += 0.5 * float(dev @ dev)
+        grad[: d + 1] += dev / _PRIOR_SD
         return value, grad
 
     bounds = [_LOG_AMP] + [_LOG_LEN] * d + [_LOG_NOISE]
     # screen a few fixed starting points with one evaluation each; refine only the best one
     starts = [np.array([0.0] + [math.log(length)] * d + [math.log(1e-3)]) for length in _START_LENGTHS]
-    theta = min(starts, key=lambda t: nll(t)[0])
+    theta = starts[argmax([-nll(t)[0] for t in starts])]
     try:
-        res = minimize(nll, theta, jac=True, method="L-BFGS-B", bounds=bounds, options={"maxiter": FIT_ITERATIONS})
+        options = {"maxiter": FIT_ITERATIONS, "ftol": FIT_FTOL, "gtol": FIT_GTOL}
+        res = minimize(nll, theta, jac=True, method="L-BFGS-B", bounds=bounds, options=options)
         if math.isfinite(float(res.fun)):
             theta = np.asarray(res.x, dtype=float)
     except (ValueError, LinAlgError, FloatingPointError):
