@@ -379,16 +379,17 @@ def _other_openblas_kernel() -> str | None:
         threadpoolctl = importlib.import_module("threadpoolctl")
     except ImportError:
         return None
+    importlib.import_module("numpy")  # threadpoolctl sees the libraries loaded
     info: list[dict[str, Any]] = threadpoolctl.threadpool_info()
     kernels = [i.get("architecture") for i in info if i.get("internal_api") == "openblas"]
     if not kernels:
         return None
-    return "Sandybridge" if str(kernels[0]).lower() != "sandybridge" else "Haswell"
+    return "Nehalem" if str(kernels[0]).lower() != "nehalem" else "Core2"  # SSE4.2 / SSE3: on every x86-64 CPU
 
 
 def test_proposals_match_with_another_openblas_kernel() -> None:
-    """The GP and Metis scenarios, with numpy's OpenBLAS forced onto another CPU's kernels (as on a CPU
-    without AVX-512), match the golden file."""
+    """The GP and Metis scenarios, with numpy's OpenBLAS forced onto another CPU's kernels (as on an older
+    CPU), match the golden file."""
     kernel = _other_openblas_kernel()
     if kernel is None:
         pytest.skip("numpy does not use OpenBLAS on x86-64 here")
@@ -403,7 +404,8 @@ def test_proposals_match_with_another_openblas_kernel() -> None:
     env = {**os.environ, "OPENBLAS_CORETYPE": kernel, "OPENBLAS_NUM_THREADS": "1", "OPENBLAS_VERBOSE": "2"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
-    assert kernel.lower() in done.stdout.lower() + done.stderr.lower()  # OpenBLAS says which kernel it took
+    if f"core: {kernel.lower()}" not in done.stdout.lower() + done.stderr.lower():  # OpenBLAS says what it took
+        pytest.skip("this OpenBLAS cannot be put on another CPU's kernels (not a DYNAMIC_ARCH build)")
 
 
 if __name__ == "__main__":
