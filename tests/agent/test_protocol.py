@@ -23,6 +23,7 @@ from nnix.agent.runner import Exited, Metrics, Started, TrialSpec
         Hello("env-1", "0.1.0", {"cpus": 4, "gpus": []}, ["t1"]),
         Started("t1", 123, "4567", "/w/t1", (0, 1), "env-1"),
         Metrics("t1", [(0, {"type": "PERIODICAL", "sequence": 0, "value": 1.5})]),
+        Metrics("t1", [], notice="metrics.jsonl is a FIFO, not a regular file: its metrics are not read"),
         Exited("t1", 0, None, ""),
         Run(
             TrialSpec(
@@ -72,6 +73,8 @@ def test_metrics_rejections_travel_and_bad_numbers_are_refused() -> None:
 
     m = Metrics("t1", [(0, {"type": "FINAL", "value": 1})], [(1, "not valid JSON")], 3, 4)
     assert decode(encode(m, 1)) == (1, m)
+    long = decode({"v": 1, "seq": 1, "type": "metrics", "body": {"trial_id": "t1", "items": [], "notice": "x" * 999}})
+    assert isinstance(long[1], Metrics) and long[1].notice == "x" * 300  # (untrusted: bounded)
     assert m.last_line == 4
     assert decode(encode(Exited("t1", 0, leftovers=2), 2))[1] == Exited("t1", 0, leftovers=2)
     for body in (
