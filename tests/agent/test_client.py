@@ -281,3 +281,25 @@ def test_retired_environment_kills_its_trials_and_exits(tmp_path: Path) -> None:
             await server.close()
 
     asyncio.run(main())
+
+
+def test_the_runner_waits_while_the_outbox_is_full() -> None:
+    """The agent's runner reads a trial's metrics no faster than the manager acknowledges them: while more than
+    OUTBOX_PACE messages wait (a flood, or the manager unreachable), its pace waits; an acknowledgement frees it."""
+    from nnix.agent.client import OUTBOX_PACE
+
+    async def main() -> None:
+        agent = AgentClient(lambda: ConnectSettings("http://127.0.0.1:9", "env-1", "t"),
+                            resources=lambda: {"cpus": 1, "gpus": []})
+        pace = agent._runner.pace
+        assert pace is not None
+        await asyncio.wait_for(pace(), 5)  # room: at once
+        for i in range(OUTBOX_PACE + 10):
+            agent._on_event(Metrics("t1", [(i, {"type": "PERIODICAL", "sequence": i, "value": 1})]))
+        waiting = asyncio.ensure_future(pace())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # the trial's lines wait in its file
+        agent._acked(20)  # the manager took the first 20 in
+        await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(main())
