@@ -51,6 +51,7 @@ while not os.path.exists(go):
     time.sleep(0.05)
 if writer == "sdk":
     import nni
+    nni.get_next_parameter()
     for k in range(lines):
         nni.report_intermediate_result(k / lines)
     nni.report_final_result(0.5)
@@ -240,7 +241,8 @@ def measure(exp_id: str, env: dict[str, str], args: argparse.Namespace, go: Path
     print(f"metric flood: {args.lines:,} lines ({args.writer}) from one trial; nnix from "
           f"{args.src or 'this tree'}")
     print(f"  idle manager (baseline, same run): REST {stats(idle)}")
-    print(f"  ingest: {t_done - t_go:.2f} s until the trial is {t['status']} in REST "
+    why = f": {t['message']}" if t.get("message") else ""
+    print(f"  ingest: {t_done - t_go:.2f} s until the trial is {t['status']} in REST{why} "
           f"(final {t.get('metric')}, {t.get('nInter')} intermediate results kept)")
     p95 = pct(flood, 0.95)
     print(f"  during the flood: REST {stats(flood)}; p95 vs goal {GOAL_P95_MS:.0f} ms: ratio "
