@@ -440,3 +440,48 @@ def _two_parts(body: bytes, records: bytes, series: bytes) -> bytes:
     head["experiment"]["parts"] = head["experiment"]["parts"][:2]
     text = json.dumps(head, separators=(",", ":")).encode()
     return len(text).to_bytes(8, "little") + text + body[8 + n:] + records + series
+
+
+def test_a_long_series_left_in_the_store_is_read_by_a_thread(finished: Path, h: Any, monkeypatch: Any) -> None:
+    """An ended trial whose series the state left in the store (beyond what it holds): the routes that send it (the
+    native detail and its pages, NNI's metric-data/<id>) read it in a worker thread on a connection of its own,
+    not on the manager's loop, and send it whole and right (its final result once)."""
+    import threading
+
+    import nnix.core.state as state_mod
+    from nnix.api.views import SERIES_ON_LOOP
+    from nnix.core.events import TrialCreated, TrialStarted
+    from nnix.home import STORE_NAME
+    from nnix.store.sqlite import SqliteStore
+
+    n = SERIES_ON_LOOP + 2_000
+    store = SqliteStore(finished / STORE_NAME)
+    store.append([TrialCreated("fffff", 5, 5, {"x": 0.5, "opt": "a"}),
+                  TrialStarted("fffff", "local-env", str(finished / "fffff"))]
+                 + [MetricReported("fffff", P, k, k / n, k, 5) for k in range(n - 1)]
+                 + [MetricReported("fffff", F, 0, 0.75, n - 1, 5), TrialEnded("fffff", TrialStatus.SUCCEEDED, 0)])
+    store.close()
+    monkeypatch.setattr(state_mod, "HOLD_ENDED_METRICS", 0)  # every ended trial's series stays in the store
+    readers: list[str] = []
+    read_trial = SqliteStore.read_trial
+
+    def spying(self: SqliteStore, trial_id: str, kinds: Any) -> Any:
+        readers.append(threading.current_thread().name)
+        return read_trial(self, trial_id, kinds)
+
+    monkeypatch.setattr(SqliteStore, "read_trial", spying)
+    manager, app = h.viewer(finished)
+    assert manager.state.trials["fffff"].held is None
+
+    async def go() -> None:
+        async with h.client(app) as c:
+            d = (await c.get("/api/nnix/v1/trials/fffff")).json()
+            assert d["metricCount"] == n and [m["value"] for m in d["metrics"] if m["type"] == "FINAL"] == [0.75]
+            page = (await c.get("/api/nnix/v1/trials/fffff/metrics", params={"offset": n - 2})).json()
+            assert [m["index"] for m in page] == [n - 2, n - 1]
+            nni = (await c.get("/api/v1/nni/metric-data/fffff")).json()
+            assert len(nni) == n and nni[-1]["type"] == "FINAL"
+
+    loop_thread = threading.current_thread().name
+    h.run(go())
+    assert len(readers) == 3 and loop_thread not in readers  # never on the loop's thread

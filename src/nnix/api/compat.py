@@ -23,7 +23,7 @@ from starlette.routing import Route
 from nnix.api.common import JSON, ApiContext, ApiError, RouteTable, dumps, ms, read_json
 from nnix.api.files import open_trial_file_async, serve_file
 from nnix.api.jsonstream import JSONStream
-from nnix.api.views import TrialView
+from nnix.api.views import TrialView, series_of
 from nnix.config import ExperimentConfig
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import Metric, TrialState, each_trial
@@ -363,7 +363,10 @@ def routes(ctx: ApiContext) -> list[Route]:
     async def metric_data(request: Request) -> Response:
         tid = request.path_params.get("id")
         mtype = _mtype(request)
-        trials: Iterable[TrialState] = [trial_or_404(ctx, tid)] if tid else each_trial(m.state.trials)
+        if tid:  # one trial: a long series left in the store is read by a thread, not on the loop
+            t = trial_or_404(ctx, tid)
+            return JSONStream(_records([(t, list(await series_of(m, t)))], mtype))
+        trials: Iterable[TrialState] = each_trial(m.state.trials)
         # the trials are listed now, each series copied when the stream reaches it (it grows meanwhile; an
         # ended trial's is read from the store then), encoded a slice at a time
         return JSONStream(_records(((t, list(t.metrics)) for t in trials), mtype))

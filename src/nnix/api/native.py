@@ -34,7 +34,7 @@ from nnix.api.files import open_trial_file, open_trial_file_async, serve_file
 from nnix.api.jsonstream import JSONStream
 from nnix.api.openapi import document
 from nnix.api.sse import EventStreamResponse
-from nnix.api.views import MAX_LIMIT, TrialQuery, columns_json, overview, parse_columns
+from nnix.api.views import MAX_LIMIT, TrialQuery, columns_json, overview, parse_columns, series_of
 from nnix.core.state import Metric, TrialState, each_trial
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
@@ -62,7 +62,7 @@ def sample_series(metrics: list[Metric], final: Metric | None, most: int = DETAI
     picked = metrics[::stride]
     if (n - 1) % stride:
         picked.append(metrics[-1])
-    if final is not None and not any(m is final for m in picked):
+    if final is not None and not any(m.index == final.index and m.type is final.type for m in picked):
         at = next((i for i, m in enumerate(picked) if m.index > final.index), len(picked))
         picked.insert(at, final)
     return picked
@@ -189,7 +189,7 @@ def routes(ctx: ApiContext) -> list[Route]:
         t = trial_or_404(ctx, request.path_params["id"])
         logs = await asyncio.to_thread(log_files, ctx.manager.exp_dir, t)
         detail = dict(ctx.views.summary(t))
-        metrics = t.metrics
+        metrics = await series_of(m, t)
         shown = sample_series(metrics, t.final)
         detail.update({
             # a long series is sampled here (the whole of it, a page at a time: /trials/{id}/metrics)
@@ -215,7 +215,7 @@ def routes(ctx: ApiContext) -> list[Route]:
             raise ApiError(400, "type must be PERIODICAL or FINAL")
         offset = int_param(request, "offset", 0, 0, 1 << 40)
         limit = int_param(request, "limit", 0, 1, 1 << 40) or None  # (absent: all of it)
-        metrics = t.metrics
+        metrics = await series_of(m, t)
         if mtype is not None:
             metrics = [x for x in metrics if x.type.value == mtype]
         total = len(metrics)
