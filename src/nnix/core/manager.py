@@ -84,7 +84,7 @@ SNAPSHOT_EVERY_EVENTS = 50_000  # a running manager refreshes the store's snapsh
 SNAPSHOT_MIN_INTERVAL = 60.0  # and at most once a minute (and at every clean exit,
 SNAPSHOT_TRIALS_PER_EVENT = 10  # where at least one event per this many trials followed the last one: a view of
 # 100k trials adds 2 events, cheaper to replay at the next start than a snapshot of them all is to write)
-INGEST_BATCH = 2_000  # metric lines recorded per turn of the loop at most (one store transaction); REST runs between
+INGEST_BATCH = 1_000  # metric lines recorded per turn of the loop at most (one store transaction); REST runs between
 
 
 def new_trial_id(taken: Callable[[str], bool]) -> str:
