@@ -13,12 +13,32 @@ from typing import Any
 
 from nnix.core.manager_error import manager_error_text, read_manager_error
 from nnix.errors import ManagerUnreachableError, NnixError
-from nnix.home import STORE_NAME, Registry, manager_alive, pid_alive, read_state, shown_status
+from nnix.home import (
+    STORE_NAME,
+    Entry,
+    Registry,
+    busy_error,
+    home,
+    live_managers,
+    read_lock_holder,
+    read_state,
+    trial_count,
+)
+from nnix.home import effective_status as effective_status  # (these: what the CLI tells of a state read here)
+from nnix.home import manager_alive as manager_alive
+from nnix.home import pid_alive as pid_alive
+from nnix.home import shown_status as shown_status
+from nnix.home import trial_files_dir as trial_files_dir
+from nnix.home import ui_url as ui_url
 from nnix.limits import MAX_FILE_BYTES, MAX_REQUEST_BYTES
 from nnix.model.events import StatusChanged
 from nnix.model.imported import EXAMPLE, validate_import
 from nnix.model.status import ExperimentStatus
 from nnix.store.sqlite import SqliteStore
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nnix.core.state import ExperimentState
 
 
 def rest_call(
@@ -262,3 +282,194 @@ def import_records(exp_id: str, data: Any) -> int:
         finally:
             store.close()
     return len(records)
+
+
+# --- the experiments of this machine, as the CLI reads them: it opens neither the registry nor a store itself -------
+
+
+def experiment_dir(exp_id: str) -> Path:
+    """Where a known experiment lives, by its id or a unique prefix of it (an NnixError naming the ids otherwise)."""
+    return Path(Registry().get(exp_id).dir)
+
+
+def experiment_state(exp_id: str, summary: bool = False) -> ExperimentState:
+    """A known experiment's state; ``summary``: its head only (status, manager, limits), cheap at any size."""
+    return read_state(experiment_dir(exp_id), summary=summary)
+
+
+def resolve_experiment(exp_id: str | None) -> str:
+    """NNI's rule: an id or unique prefix; if omitted, the single running experiment (else the single
+    experiment whose manager is alive, e.g. a finished one still serving its web UI)."""
+    reg = Registry()
+    if exp_id:
+        return reg.get(exp_id).id
+    live = live_managers(reg)
+    running = [m.entry.id for m in live if effective_status(m.state).is_active] or [m.entry.id for m in live]
+    if len(running) == 1:
+        return running[0]
+    if not running:
+        raise NnixError("no experiment is running", "give an experiment id; `nnix experiment list --all` lists them")
+    raise NnixError(f"several experiments are running: {', '.join(running)}", "give one of these ids")
+
+
+def live_experiments(port: int | None = None) -> list[str]:
+    """The ids of the experiments whose manager is alive (any status), oldest first; with ``port``, on that port."""
+    return [m.entry.id for m in live_managers() if port is None or m.state.manager_port == port]
+
+
+def active_experiments() -> list[tuple[str, ExperimentState]]:
+    """Every experiment running now (an active status and a live manager), with its whole state."""
+    out = []
+    for e in Registry().all():
+        try:
+            st = read_state(Path(e.dir))
+        except NnixError:
+            continue
+        if effective_status(st).is_active:
+            out.append((e.id, st))
+    return out
+
+
+def halt_reason(exp_id: str) -> str | None:
+    """Why the experiment's last manager stopped, in words, if it left a reason (``manager.error``)."""
+    error = read_manager_error(experiment_dir(exp_id))
+    return None if error is None else manager_error_text(error)
+
+
+def manager_running(exp_dir: Path) -> bool:
+    """Whether the last manager of the experiment in ``exp_dir`` still runs (read again at each call)."""
+    return pid_alive(read_state(exp_dir, summary=True).manager_pid)
+
+
+def check_startable(exp_id: str) -> None:
+    """Raise unless a manager may start for the experiment (``resume``, ``view``): none holds its lock, and none
+    recorded is alive, but a read-only one."""
+    exp_dir = experiment_dir(exp_id)
+    holder = read_lock_holder(exp_dir)  # a manager that has just started may not be in the store yet
+    if holder is not None:  # running, or serving it read-only: one manager per experiment
+        raise busy_error(exp_id, holder)
+    state = read_state(exp_dir, summary=True)
+    if manager_alive(state) and state.manager_action != "view":
+        raise NnixError(
+            f"experiment {exp_id} has a live manager ({shown_status(state)}, pid {state.manager_pid}, "
+            f"port {state.manager_port})", f"stop it first: nnix stop {exp_id}",
+        )
+
+
+def adopt_experiment(exp_id: str, root: Path | None) -> str:
+    """The full id of a known experiment; with ``root`` (NNI's ``--experiment_dir``), the experiment ``exp_id`` found
+    under it, registered here first if it is not known yet."""
+    if root is None:
+        return Registry().get(exp_id).id
+    found = root.expanduser().resolve() / exp_id
+    if not (found / STORE_NAME).exists():
+        raise NnixError(f"no experiment {exp_id} under {root}", "check --experiment_dir")
+    Registry().add(Entry(exp_id, str(found), created=time.time()))
+    return exp_id
+
+
+def experiment_rows(include_stopped: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """``nnix experiment list``: one row per experiment whose manager is alive (every one with
+    ``include_stopped``), oldest first, and a warning for each unreadable one (only with ``include_stopped``)."""
+    from nnix.api.auth import is_loopback, read_token
+
+    rows, warnings = [], []
+    for e in sorted(Registry().all(), key=lambda e: e.created):
+        try:
+            st = read_state(Path(e.dir), summary=True)
+            n_trials = trial_count(Path(e.dir))
+        except NnixError as ex:
+            if include_stopped:
+                warnings.append(f"experiment {e.id}: {ex.message}")
+            continue
+        alive = manager_alive(st)
+        if not include_stopped and not alive:
+            continue
+        port = st.manager_port if alive else None
+        host = st.manager_host or "127.0.0.1"
+        url = ui_url(host, port, None if is_loopback(host) else read_token(Path(e.dir))) if port else None
+        rows.append({
+            "id": e.id, "name": e.name, "status": shown_status(st), "message": st.message, "port": port, "url": url,
+            "pid": st.manager_pid if alive else None, "platform": e.platform, "trials": n_trials,
+            "created": st.created_at, "ended": st.end_time, "dir": e.dir,
+        })
+    return rows, warnings
+
+
+def deletable_experiments(exp_id: str | None, every: bool) -> list[tuple[str, Path]]:
+    """What ``nnix experiment delete`` removes: the experiment (an error if its manager is alive), or ``every``
+    one whose manager is not alive."""
+    reg = Registry()
+    if every:
+        entries = reg.all()
+    elif exp_id:
+        entries = [reg.get(exp_id)]
+    else:
+        raise NnixError("give an experiment id or --all")
+    out = []
+    for e in entries:
+        try:
+            st = read_state(Path(e.dir), summary=True)
+        except NnixError:
+            st = None
+        if st is not None and manager_alive(st):  # running, or finished and still serving its web UI
+            if not every:
+                raise NnixError(f"experiment {e.id} has a live manager ({shown_status(st)})",
+                                f"stop it first: nnix stop {e.id}")
+            continue
+        out.append((e.id, Path(e.dir)))
+    return out
+
+
+def delete_experiment(exp_id: str, exp_dir: Path) -> str:
+    """Remove an experiment whose manager is not alive: what it left running on its engines is ended (jobs, actors,
+    pods, agents, trials, a private Ray head), then its directory and registry entry. What was ended, as a suffix."""
+    import shutil
+
+    ended = end_engine_work(exp_dir, exp_id) if exp_dir.is_dir() else ""
+    shutil.rmtree(exp_dir, ignore_errors=True)
+    Registry().remove(exp_id)
+    return ended
+
+
+LIFECYCLE_KINDS = ("ExperimentCreated", "ManagerStarted", "StatusChanged", "TrialCreated", "TrialStarted",
+                   "TrialCancelRequested", "TrialEnded", "TrialRequeued")
+
+
+def lifecycle_state(exp_dir: Path) -> ExperimentState:
+    """The experiment's state folded from its lifecycle events only (no metrics): cheap to read again and again."""
+    from nnix.core.state import fold
+
+    store = SqliteStore(exp_dir / STORE_NAME, create=False)
+    try:
+        return fold(store.read(kinds=LIFECYCLE_KINDS))
+    finally:
+        store.close()
+
+
+def web_ui_url(exp_id: str) -> str:
+    """The web UI's address of an experiment whose manager serves it (with its token beyond loopback)."""
+    from nnix.api.auth import is_loopback, read_token
+
+    exp_dir = experiment_dir(exp_id)
+    st = read_state(exp_dir, summary=True)
+    if not manager_alive(st) or not st.manager_port:
+        raise NnixError(f"experiment {exp_id} is not served ({shown_status(st)}: no manager runs)",
+                        f"serve it read-only with `nnix view {exp_id}`, or continue it with `nnix resume {exp_id}`")
+    host = st.manager_host or "127.0.0.1"
+    return ui_url(host, st.manager_port, None if is_loopback(host) else read_token(exp_dir))
+
+
+def experiments_root() -> Path:
+    """Where new experiments go by default ($NNIX_HOME)."""
+    return home()
+
+
+def trial_command(config: dict[str, Any], params: Any) -> str:
+    """The command line the manager runs for a trial of an experiment with this (stored) config."""
+    command = str(config["trial_command"])
+    if config.get("trial_params_as_args") and isinstance(params, dict):
+        from nnix.core.manager import params_as_args
+
+        command = f"{command} {params_as_args(params)}"
+    return command
