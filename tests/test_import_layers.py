@@ -166,3 +166,15 @@ def test_the_direction_check_sees_an_upward_import() -> None:
     rank = {package: i for i, layer in enumerate(LAYERS) for package in layer}
     assert "nnix.host" in package_graph(module_level_only=False)["nnix.cli"]
     assert rank["nnix.host"] < rank["nnix.cli"]
+
+
+# The CLI reads the registry of experiments and their stores only through nnix.client (README, architecture): none of
+# its modules opens the registry, a store or the fold itself
+CLI_READS_THROUGH_CLIENT = ("nnix.home", "nnix.store", "nnix.core")
+
+
+def test_the_cli_reads_experiments_only_through_the_client() -> None:
+    direct = sorted({f"nnix.cli -> {target}" for source, target, _ in _all_imports()
+                     if source == "nnix.cli" and package_of(target) in CLI_READS_THROUGH_CLIENT})
+    assert not direct, f"the CLI imports these directly (use nnix.client): {direct}"
+    assert "nnix.client" in package_graph(module_level_only=False)["nnix.cli"]  # (the check sees the CLI's imports)

@@ -262,28 +262,3 @@ def test_experiment_export_json_is_the_whole_list_written_a_row_at_a_time(tmp_pa
     assert out.read_text() == json.dumps(rows, indent=2)
     assert nnix("experiment", "export", none, "--type", "json", "--filename", str(out)).returncode == 0
     assert out.read_text() == "[]"
-
-
-def test_help_lists_every_command_with_its_first_sentence_whole() -> None:
-    """`nnix --help` and each group's --help name every command with the first sentence of its help, wrapped on
-    an 80-column screen, never cut with "..." (plain click help would cut it at the end of the line)."""
-    from typer.core import TyperGroup
-    from typer.main import get_command
-    from typer.testing import CliRunner
-
-    from nnix.cli.main import app
-
-    root = get_command(app)
-    assert isinstance(root, TyperGroup)
-    groups: list[tuple[list[str], TyperGroup]] = [([], root)]
-    groups += [([name], cmd) for name, cmd in root.commands.items() if isinstance(cmd, TyperGroup)]
-    assert len(groups) > 5
-    for path, group in groups:
-        out = CliRunner().invoke(app, [*path, "--help"], terminal_width=80).output
-        commands = out.split("Commands:")[1]
-        assert not any(line.endswith("...") for line in commands.splitlines()), (
-            f"nnix {' '.join(path)} --help cuts a command's help:\n{out}")
-        assert max(len(line) for line in out.splitlines()) <= 80
-        for name, command in ((n, c) for n, c in group.commands.items() if not c.hidden):
-            first = (command.help or "").split(". ")[0].split("\n\n")[0].rstrip(".")
-            assert "".join(first.split()) in "".join(commands.split()), f"{name}: {first!r} not in:\n{out}"

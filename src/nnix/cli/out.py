@@ -1,6 +1,5 @@
-"""What the CLI prints, without click: the bytes ``typer.echo`` / ``typer.secho`` / ``typer.style`` give (ANSI
-styles kept on a terminal, stripped on a pipe or a file), so that the verbs run without typer (``nnix --help``,
-``trial ls``, ``stop``: :mod:`nnix.cli.main`) print what they print through it."""
+"""What the CLI prints and asks: lines on stdout or stderr, ANSI styles kept on a terminal and stripped on a pipe or
+a file (as click's echo does), and a yes/no question."""
 
 from __future__ import annotations
 
@@ -33,3 +32,22 @@ def echo(message: str = "", err: bool = False) -> None:
 
 def secho(message: str, err: bool = False, fg: str | None = None, bold: bool = False, dim: bool = False) -> None:
     echo(style(message, fg, bold, dim), err)
+
+
+def confirm(question: str) -> bool:
+    """Ask ``question [y/N]`` on stdout, read the answer from stdin (yes/y or no/n, any case; nothing: no). No answer
+    to be had (end of input, Ctrl-C): "Aborted!" and exit code 1."""
+    while True:
+        sys.stdout.write(f"{question} [y/N]: ")
+        sys.stdout.flush()
+        try:
+            answer = input().strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            echo()
+            echo("Aborted!", err=True)
+            raise SystemExit(1) from None
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("", "n", "no"):
+            return False
+        echo("Error: invalid input", err=True)

@@ -1,6 +1,6 @@
-"""The verbs that run without typer (``nnix --help``, ``trial ls``, ``stop``: :mod:`nnix.cli.main` parses their
-arguments when it can, else typer does, in :mod:`nnix.cli.commands`) and what every verb shares: resolving an
-experiment id, tables, JSON. Nothing here imports typer, pydantic or numpy."""
+"""The verbs that must start fast (``trial ls``, ``stop``, ``create``, ``resume``, ``view``, ``--version``), and what
+every verb shares: resolving an experiment id, tables, JSON. Nothing here imports typer, pydantic or numpy; the
+registry and the stores are read through :mod:`nnix.client` only."""
 
 from __future__ import annotations
 
@@ -31,37 +31,34 @@ def note_real_nni() -> None:
 
 
 def resolve_id(exp_id: str | None) -> str:
-    """NNI's rule: an id or unique prefix; if omitted, the single running experiment (else the single
-    experiment whose manager is alive, e.g. a finished one still serving its web UI)."""
-    from nnix.home import Registry, effective_status, live_managers
+    """NNI's rule (:func:`nnix.client.resolve_experiment`): an id or unique prefix, else the one running."""
+    from nnix.client import resolve_experiment
 
-    reg = Registry()
-    if exp_id:
-        return reg.get(exp_id).id
-    live = live_managers(reg)
-    running = [m.entry.id for m in live if effective_status(m.state).is_active] or [m.entry.id for m in live]
-    if len(running) == 1:
-        return running[0]
-    if not running:
-        raise NnixError("no experiment is running", "give an experiment id; `nnix experiment list --all` lists them")
-    raise NnixError(f"several experiments are running: {', '.join(running)}", "give one of these ids")
+    return resolve_experiment(exp_id)
 
 
 def state_of(exp_id: str | None) -> tuple[str, Any]:
-    from nnix.home import Registry, read_state
+    from nnix.client import experiment_state
 
     eid = resolve_id(exp_id)
-    return eid, read_state(Path(Registry().get(eid).dir))
+    return eid, experiment_state(eid)
 
 
 def warn_halted(eid: str) -> None:
     """Say (on stderr, so that --json output stays NNI's) why the last manager stopped, if it left a reason."""
-    from nnix.core.manager_error import manager_error_text, read_manager_error
-    from nnix.home import Registry
+    from nnix.client import halt_reason
 
-    error = read_manager_error(Path(Registry().get(eid).dir))
-    if error is not None:
-        secho(f"warning: experiment {eid}: {manager_error_text(error)}", err=True, fg="yellow")
+    reason = halt_reason(eid)
+    if reason is not None:
+        secho(f"warning: experiment {eid}: {reason}", err=True, fg="yellow")
+
+
+def show_version() -> None:
+    """`nnix --version`."""
+    from nnix.version import __version__
+
+    echo(__version__)
+    note_real_nni()
 
 
 def fmt_time(ts: float | None) -> str:
@@ -144,9 +141,9 @@ def trial_ls(experiment_id: str | None, head: int | None, tail: int | None, as_j
         trials = list(state.trials.values())
     if as_json:
         from nnix.api.app import trial_info
-        from nnix.home import Registry
+        from nnix.client import experiment_dir
 
-        exp_dir = Path(Registry().get(eid).dir)
+        exp_dir = experiment_dir(eid)
         dump([trial_info(t, exp_dir=exp_dir) for t in trials])
         return
     # a terminal gets a duration instead of the start and end dates, to leave room for the reason
@@ -172,13 +169,12 @@ def trial_ls(experiment_id: str | None, head: int | None, tail: int | None, as_j
 
 def stop(experiment_id: str | None, all_: bool, port: int | None) -> None:
     """`nnix stop`."""
-    from nnix.client import stop_experiment
-    from nnix.home import live_managers
+    from nnix.client import live_experiments, stop_experiment
 
     if experiment_id == "all":
         raise NnixError("`nnix stop all` is ambiguous", "use `nnix stop --all`")
     if all_ or port is not None:
-        ids = [m.entry.id for m in live_managers() if port is None or m.state.manager_port == port]
+        ids = live_experiments(port)
         if not ids:
             echo("no experiment manager is running" + (f" on port {port}" if port else ""))
             return
@@ -188,12 +184,17 @@ def stop(experiment_id: str | None, all_: bool, port: int | None) -> None:
         echo(stop_experiment(exp_id))
 
 
-def start(exp_id: str, action: str, port: int, foreground: bool, host: str = DEFAULT_HOST) -> None:
-    """Start an experiment's manager (`nnix create`, `resume`, `view`): here with --foreground, else as a daemon."""
+def start(exp_id: str, action: str, port: int, foreground: bool, host: str = DEFAULT_HOST,
+          exp_dir: Path | None = None) -> None:
+    """Start an experiment's manager (`nnix create`, `resume`, `view`): here with --foreground, else as a daemon.
+    (``exp_dir``: where the experiment is, when the caller knows; a foreground create reaches its first trial without
+    importing the client.)"""
     from nnix.api.auth import TOKEN_FILE, token_for_bind
-    from nnix.home import Registry, ui_url
 
-    exp_dir = Path(Registry().get(exp_id).dir)
+    if exp_dir is None:
+        from nnix.client import experiment_dir
+
+        exp_dir = experiment_dir(exp_id)
     token = token_for_bind(exp_dir, host)
     if foreground:
         from nnix.host.run import run_manager
@@ -207,13 +208,12 @@ def start(exp_id: str, action: str, port: int, foreground: bool, host: str = DEF
     if token:
         echo(f"Listening on {host}: every REST call needs the experiment's token (the link below carries it; "
              f"the nnix CLI reads it from {exp_dir / TOKEN_FILE}).")
-    from nnix.home import read_state
+    from nnix.client import experiment_state, ui_url
     from nnix.host.progress import EXIT_ERROR
     from nnix.host.run import spawn_daemon
 
     spawn_daemon(exp_id, action, port, host=host, fork=True)
-    entry = Registry().get(exp_id)
-    state = read_state(Path(entry.dir), summary=True)
+    state = experiment_state(exp_id, summary=True)
     url = ui_url(host, state.manager_port or port, token)
     echo(f"Experiment {exp_id} {'started' if action != 'view' else 'is viewable'}.")
     echo(f"  Web UI / REST:  {url}")
@@ -246,7 +246,7 @@ def create(config: Path, port: int, host: str, debug: bool, foreground: bool, ur
 
     note_created(Path(exp_dir), exp_id, config, loaded.warnings)
     try:
-        start(exp_id, "create", port, foreground, host)
+        start(exp_id, "create", port, foreground, host, Path(exp_dir))
     except NnixError:
         from nnix.host.build import discard_unstarted
 
@@ -254,44 +254,20 @@ def create(config: Path, port: int, host: str, debug: bool, foreground: bool, ur
         raise
 
 
-def ensure_not_running(exp_id: str) -> None:
-    from nnix.home import Registry, busy_error, manager_alive, read_lock_holder, read_state, shown_status
+def resume(experiment_id: str, port: int, host: str, debug: bool, foreground: bool,
+           experiment_dir: Path | None) -> None:
+    """`nnix resume` (``debug``: taken for nnictl; the experiment keeps its log level)."""
+    from nnix.client import adopt_experiment, check_startable
 
-    exp_dir = Path(Registry().get(exp_id).dir)
-    holder = read_lock_holder(exp_dir)  # a manager that has just started may not be in the store yet
-    if holder is not None:  # running, or serving it read-only: one manager per experiment
-        raise busy_error(exp_id, holder)
-    state = read_state(exp_dir, summary=True)
-    if manager_alive(state) and state.manager_action != "view":
-        raise NnixError(
-            f"experiment {exp_id} has a live manager ({shown_status(state)}, pid {state.manager_pid}, "
-            f"port {state.manager_port})", f"stop it first: nnix stop {exp_id}",
-        )
-
-
-def adopt(exp_id: str, experiment_dir: Path | None) -> str:
-    """Register an experiment found under ``experiment_dir`` (NNI's ``-e``) if it is not known yet."""
-    from nnix.home import STORE_NAME, Entry, Registry
-
-    reg = Registry()
-    if experiment_dir is not None:
-        d = experiment_dir.expanduser().resolve() / exp_id
-        if not (d / STORE_NAME).exists():
-            raise NnixError(f"no experiment {exp_id} under {experiment_dir}", "check --experiment_dir")
-        reg.add(Entry(exp_id, str(d), created=time.time()))
-        return exp_id
-    return reg.get(exp_id).id
-
-
-def resume(experiment_id: str, port: int, host: str, foreground: bool, experiment_dir: Path | None) -> None:
-    """`nnix resume`."""
-    exp_id = adopt(experiment_id, experiment_dir)
-    ensure_not_running(exp_id)
+    exp_id = adopt_experiment(experiment_id, experiment_dir)
+    check_startable(exp_id)
     start(exp_id, "resume", port, foreground, host)
 
 
 def view(experiment_id: str, port: int, host: str, experiment_dir: Path | None) -> None:
     """`nnix view`."""
-    exp_id = adopt(experiment_id, experiment_dir)
-    ensure_not_running(exp_id)
+    from nnix.client import adopt_experiment, check_startable
+
+    exp_id = adopt_experiment(experiment_id, experiment_dir)
+    check_startable(exp_id)
     start(exp_id, "view", port, False, host)
