@@ -306,3 +306,26 @@ def test_manager_log_rotates_and_follow_survives_a_rotation(tmp_path: Path, monk
     monkeypatch.setattr(logs, "FOLLOW_POLL", 0.0)
     logs.print_file(path, 2, True, alive, printed.append)
     assert printed[0].count("\n") == 2 and printed[-1] == "after rotation\n"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "link to a fifo"])
+@pytest.mark.parametrize("tail", [None, 10])
+def test_a_trial_output_file_made_a_fifo_or_a_link_is_refused_not_read(tmp_path: Path, kind: str,
+                                                                       tail: int | None) -> None:
+    """`nnix log trial` of a trial that replaced its trial.stderr with a FIFO (open() waited for a writer forever)
+    or a link to /dev/zero (an endless read): a clear error at once."""
+    from nnix.cli.logs import print_file
+    from nnix.errors import NnixError
+
+    path = tmp_path / "trial.stderr"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    else:
+        os.mkfifo(tmp_path / "pipe")
+        path.symlink_to(tmp_path / "pipe")
+    shown: list[str] = []
+    with pytest.raises(NnixError, match="not a regular file: nnix does not read it"):
+        print_file(path, tail, follow=False, alive=lambda: False, write=shown.append)
+    assert shown == []

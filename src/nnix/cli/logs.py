@@ -8,14 +8,29 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
+
+from nnix.agent.safeopen import NotRegularFile, open_regular
+from nnix.errors import NnixError
 
 FOLLOW_POLL = 0.25
+
+
+def _open(path: Path) -> BinaryIO:
+    """A log or trial output file, opened as every reader of a trial's files opens them (no blocking, no link,
+    regular files only): a trial that made its ``trial.stderr`` a FIFO or a link to ``/dev/zero`` hung
+    ``nnix log trial`` (a FIFO: for good)."""
+    try:
+        return os.fdopen(open_regular(path), "rb")
+    except NotRegularFile as e:
+        raise NnixError(f"{path} is {e.kind}, not a regular file: nnix does not read it",
+                        "the trial replaced its output file; its REST and web UI views say the same") from None
 
 
 def tail_lines(path: Path, n: int) -> tuple[str, int]:
     """The last ``n`` lines of a file (read from its end: fast on big files) and the byte offset where the
     file ended when it was read."""
-    with open(path, "rb") as f:
+    with _open(path) as f:
         f.seek(0, os.SEEK_END)
         end = f.tell()
         block, data = 64 * 1024, b""
@@ -36,11 +51,11 @@ def print_file(path: Path, tail: int | None, follow: bool, alive: Callable[[], b
     from its start; a file that does not exist yet is waited for."""
     out = write or _write
     offset = 0
-    if path.exists():
+    if os.path.lexists(path):
         if tail is not None:
             text, offset = tail_lines(path, tail)
         else:
-            with open(path, "rb") as f:
+            with _open(path) as f:
                 data = f.read()
             text, offset = data.decode("utf-8", errors="replace"), len(data)
         out(text)
@@ -59,14 +74,14 @@ def print_file(path: Path, tail: int | None, follow: bool, alive: Callable[[], b
 
 def _print_new(path: Path, offset: int, out: Callable[[str], None], whole: bool = False) -> int:
     try:
-        size = path.stat().st_size
+        size = path.lstat().st_size  # (a link or a FIFO put there meanwhile is refused by _open below)
     except OSError:
         return offset
     if size < offset:  # rotated or truncated: start again
         offset = 0
     if size == offset:
         return offset
-    with open(path, "rb") as f:
+    with _open(path) as f:
         f.seek(offset)
         data = f.read(size - offset)
     # whole lines only while the writer may be mid-line
