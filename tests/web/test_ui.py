@@ -461,3 +461,29 @@ def test_paged_table_scroll_sort_and_filter_at_2000_trials(tmp_path: Path, page:
                                ".map((c) => c.textContent).join() === ids.join()", arg=ranked[:10])
     finally:
         assert nnix("stop", exp_id).returncode == 0
+
+
+def test_a_sampled_series_says_how_many_intermediate_results_the_trial_has(tmp_path: Path, page: Any) -> None:
+    """A trial with more intermediate results than the detail sends (a sample, evenly spread): the drawer counts the
+    trial's results, not the sample's (it said 1000 for a trial of 2,500)."""
+    exp_id, exp_dir = make_experiment(tmp_path, searchSpace={"x": {"_type": "uniform", "_value": [0, 1]}},
+                                      trialCommand="true")
+    store = SqliteStore(exp_dir / STORE_NAME)
+    try:
+        store.append([ManagerStarted(0, "create"), StatusChanged(ExperimentStatus.RUNNING),
+                      TrialCreated("long", 0, 0, {"x": 0.5}),
+                      TrialStarted("long", "local-env", str(exp_dir / "trials" / "long")),
+                      *(MetricReported("long", MetricType.PERIODICAL, i, i / 2500, i) for i in range(2500)),
+                      MetricReported("long", MetricType.FINAL, 2500, 1.0, 2500),
+                      TrialEnded("long", TrialStatus.SUCCEEDED, 0), StatusChanged(ExperimentStatus.DONE, "done")])
+    finally:
+        store.close()
+    exp_id, url = _start("view", exp_id, "--port", "0")
+    try:
+        page.goto(url + "#/trials")
+        page.click(row("long") + " .c-id")
+        page.wait_for_selector("#detail-inter-count")
+        count = page.inner_text("#detail-inter-count")
+        assert count.startswith("(2500; ") and count.endswith(" shown, evenly spread)"), count
+    finally:
+        assert nnix("stop", exp_id).returncode == 0

@@ -894,7 +894,7 @@ const detail = {
       <div class="section write">${active ? '<button class="danger" id="detail-kill">Kill</button> ' : ''}<button id="detail-rerun">Re-run with edited parameters…</button></div>
       <h3 class="section">Parameters <button class="small" id="copy-params">Copy as JSON</button></h3>
       <pre id="detail-params">${esc(JSON.stringify(d.params, null, 2))}</pre>
-      <h3 class="section">Intermediate results <span class="muted">(${inter.length})</span></h3>
+      <h3 class="section">Intermediate results <span class="muted" id="detail-inter-count">(${d.metricsSampled && typeof d.nInter === 'number' ? `${d.nInter}; ${inter.length} shown, evenly spread` : inter.length})</span></h3>
       <div class="chart-wrap"><canvas class="chart small" id="detail-chart"></canvas><div class="tooltip" hidden></div></div>
       <h3 class="section">Logs</h3>
       <div class="tabs" id="log-tabs">${['stdout', 'stderr', 'trial.log'].map((n) => `<button data-log="${n}" class="${n === this.log ? 'active' : ''}">${n}${d.logs && d.logs[n] !== null && d.logs[n] !== undefined ? ` <span class="muted">(${d.logs[n]} B)</span>` : ''}</button>`).join('')}
