@@ -1,5 +1,7 @@
-"""Start-up as the user sees it, through the real CLI (issue 15, item 3): ``nnix --help``, ``nnix create
---foreground`` to the first trial running, and ``nnix stop`` of an experiment with two running trials.
+"""Start-up as the user sees it, through the real CLI (issue 15, item 3; issue 27, item 6): ``nnix --help``,
+``nnix create --foreground`` to its first line and to the first trial running, ``nnix stop`` of an experiment with
+two running trials, ``nnix trial ls ID`` and ``nnix experiment status ID`` of a finished one, ``nnix experiment list
+--all`` and ``nnix trial ls --help`` (the last three were typer's verbs before issue 27).
 
 Run: python bench/startup.py [--repeat 5] [--old-src /work/wt/base/src] [--ls-home HOME --ls-id ID]. Each figure
 is the median (and the minimum) of ``--repeat`` runs, printed with its ratio to the goal and beside ``python -c
@@ -26,7 +28,8 @@ from pathlib import Path
 # users' installs have their bytecode: the processes measured here may write theirs (an environment that forbids
 # it would measure Python compiling nnix at every start)
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-GOALS = {"help": 0.150, "first_trial": 0.300, "stop": 0.300, "trial_ls": 0.300}
+GOALS: dict[str, float | None] = {"help": 0.150, "first_trial": 0.300, "stop": 0.300, "trial_ls": 0.300,
+                                  "first_line": None, "other": None}
 Env = dict[str, str] | None  # the environment of the nnix processes measured (None: this one's)
 SCRIPT = Path(sys.executable).parent / "nnix"
 NNIX = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "nnix.cli.main"]
@@ -36,7 +39,7 @@ SLEEPY = "import nni, time\nnni.get_next_parameter()\ntime.sleep(600)\n"
 
 def run(args: list[str], env: Env = None) -> float:
     t0 = time.perf_counter()
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)  # (exit 0 only)
     return time.perf_counter() - t0
 
 
@@ -79,6 +82,22 @@ def first_trial(code_dir: Path, tuner: str, env: Env = None) -> float:
     return started - t0
 
 
+def first_line(code_dir: Path, env: Env = None) -> float:
+    """Wall time from running ``nnix create --foreground`` to its first line on stdout (the experiment's id and web
+    UI address); the experiment then runs to its end, untimed."""
+    cfg = config(code_dir, "trial.py", 1, 1, "Random")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*NNIX, "create", "--config", str(cfg), "--port", "0", "--foreground"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    elapsed = time.perf_counter() - t0
+    proc.stdout.read()
+    if proc.wait() != 0:
+        raise RuntimeError("nnix create --foreground failed")
+    return elapsed
+
+
 def stop(code_dir: Path, env: Env = None) -> float:
     """Wall time of ``nnix stop ID`` for a daemon experiment with two running trials."""
     from nnix.home import Registry, read_state
@@ -91,6 +110,11 @@ def stop(code_dir: Path, env: Env = None) -> float:
     exp_dir = new_entry(before)
     wait_until(lambda: read_state(exp_dir).count(TrialStatus.RUNNING) == 2, 60, "two running trials")
     return run([*NNIX, "stop", exp_dir.name], env)
+
+
+def verb(argv: list[str]) -> Callable[[Env], float]:
+    """Wall time of ``nnix ARGV``, in an environment."""
+    return lambda env: run([*NNIX, *argv], env)
 
 
 def sample(f: Callable[[], float], n: int) -> tuple[float, float]:
@@ -114,7 +138,7 @@ def paired(f: Callable[[Env], float], n: int, old: Env) -> tuple[tuple[float, fl
 def line(name: str, value: tuple[float, float], goal: float | None, base: tuple[float, float]) -> str:
     (med, low), (base_med, base_low) = value, base
     goal_text = f"goal <= {goal * 1000:3.0f} ms, ratio to goal {med / goal:5.2f} (min {low / goal:5.2f})" if goal else (
-        "(baseline)" + " " * 34)
+        ("(baseline)" if value is base else "").ljust(44))
     return (f"  {name:<44} {med * 1000:7.1f} ms (min {low * 1000:7.1f})  {goal_text}  "
             f"{med / base_med:5.1f}x python -c pass (min {low / base_low:5.1f}x)")
 
@@ -144,8 +168,19 @@ def main() -> None:
              paired(lambda env: first_trial(code_dir, "TPE", env), n, old)),
             ("create --foreground -> first trial (Random)", "first_trial",
              paired(lambda env: first_trial(code_dir, "Random", env), n, old)),
+            ("create --foreground -> its first line", "first_line",
+             paired(lambda env: first_line(code_dir, env), n, old)),
             ("nnix stop (2 running trials)", "stop", paired(lambda env: stop(code_dir, env), n, old)),
         ]
+        from nnix.home import Registry
+
+        done = min(Registry().all(), key=lambda e: e.created).id  # a finished experiment of one trial
+        for name, argv in (("nnix trial ls ID (1 trial)", ["trial", "ls", done]),
+                           ("nnix experiment status ID", ["experiment", "status", done]),
+                           ("nnix experiment list --all", ["experiment", "list", "--all"]),
+                           ("nnix trial ls --help", ["trial", "ls", "--help"])):
+            goal = "trial_ls" if argv[:2] == ["trial", "ls"] and "--help" not in argv else "other"
+            figures.append((name, goal, paired(verb(argv), n, old)))
         if args.ls_home and args.ls_id:
             ls_env = {**os.environ, "NNIX_HOME": args.ls_home}
             ls_old = None if old is None else {**old, "NNIX_HOME": args.ls_home}
