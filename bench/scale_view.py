@@ -172,7 +172,9 @@ def main() -> None:
           f"{full_s:.2f} s, peak RSS {full_rss:.0f} MB")
     snap_code = (f"import time\nfrom nnix.store.sqlite import SqliteStore\n"
                  f"from nnix.core.events import StatusChanged\nfrom nnix.core.status import ExperimentStatus\n"
-                 f"from nnix.core.state import fold_store, snapshot_of, write_snapshot\n"
+                 f"try:\n    from nnix.query.snapshot import fold_store, snapshot_of, write_snapshot\n"
+                 f"except ImportError:  # (a tree from before nnix.query)\n"
+                 f"    from nnix.core.state import fold_store, snapshot_of, write_snapshot\n"
                  f"s = SqliteStore({str(db)!r}, create=False)\nsqlite3 = s._db\n"
                  f"sqlite3.execute('DROP TABLE IF EXISTS snapshot')\n"
                  f"sqlite3.execute('DROP TABLE IF EXISTS snapshot_chunk')\n"

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("nnix.agent",),
     ("nnix.services",),
     ("nnix.core",),
+    ("nnix.query",),  # the read side: reads the fold and the store; the manager gets its reader handed in
     ("nnix.home",),
     ("nnix.api",),
     ("nnix.client",),

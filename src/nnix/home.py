@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from nnix.core.manager_error import apply_manager_error
-from nnix.core.state import SERIES_KINDS, ExperimentState, Metric, fold, fold_store, series
+from nnix.core.state import SERIES_KINDS, ExperimentState, Metric, fold, series
 from nnix.errors import ExperimentBusyError, ExperimentNotFoundError, NnixError
 from nnix.model.status import ExperimentStatus
 from nnix.paths import home as home
+from nnix.query import open_state
 from nnix.store.base import Stored
 from nnix.store.sqlite import SqliteStore
 
@@ -265,7 +266,7 @@ class StoreSeries:
         return series(self.read_trial(trial_id, SERIES_KINDS))
 
     def read_trial(self, trial_id: str, kinds: Collection[str]) -> list[Stored]:
-        """The trial's events of ``kinds`` (what :func:`fold_store` rebuilds a damaged snapshot trial from)."""
+        """The trial's events of ``kinds`` (what :func:`nnix.query.open_state` rebuilds a damaged trial from)."""
         if self.store is None:
             self.store = SqliteStore(self.path, create=False)
         return self.store.read_trial(trial_id, kinds)
@@ -276,7 +277,7 @@ def read_state(exp_dir: Path, summary: bool = False) -> ExperimentState:
     A reason the last manager left in ``manager.error`` (e.g. a full disk) is its message and an error."""
     store = SqliteStore(exp_dir / STORE_NAME, create=False)
     try:
-        state = fold(store.read(kinds=SUMMARY_KINDS)) if summary else fold_store(
+        state = fold(store.read(kinds=SUMMARY_KINDS)) if summary else open_state(
             store, loader=StoreSeries(exp_dir / STORE_NAME))
     finally:
         store.close()

@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from nnix.api.app import create_app  # noqa: E402
-from nnix.core.state import fold_store  # noqa: E402
 from nnix.host.build import build_manager  # noqa: E402
+from nnix.query.snapshot import fold_store  # noqa: E402
 from nnix.testing import wait_until_async  # noqa: E402
 from nnix.testing.fuzz import FuzzRequest, requests, route_specs  # noqa: E402
 

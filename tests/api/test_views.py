@@ -100,7 +100,7 @@ def test_warming_summarizes_the_trials_of_a_snapshot_a_chunk_at_a_time_without_b
 
     from nnix.api.views import TrialViews
     from nnix.core.events import ExperimentCreated, TrialCreated, TrialStarted
-    from nnix.core.state import TrialTable, fold_store, write_snapshot
+    from nnix.query.snapshot import TrialTable, fold_store, write_snapshot
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "s.sqlite")
@@ -135,10 +135,10 @@ def test_full_lists_of_a_warmed_snapshot_read_no_trial_again(finished: Path, h: 
 
     from nnix.api.app import create_app
     from nnix.api.compat import trial_info
-    from nnix.core import state as state_mod
-    from nnix.core.state import TrialTable, fold_store, write_snapshot
     from nnix.home import STORE_NAME
     from nnix.host.build import build_manager
+    from nnix.query import snapshot as snap_mod
+    from nnix.query.snapshot import TrialTable, fold_store, write_snapshot
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(finished / STORE_NAME)
@@ -156,7 +156,7 @@ def test_full_lists_of_a_warmed_snapshot_read_no_trial_again(finished: Path, h: 
         def read_again(*_: Any, **__: Any) -> Any:
             raise AssertionError("a trial was read from the snapshot again")
 
-        monkeypatch.setattr(state_mod._Source, "build", read_again)
+        monkeypatch.setattr(snap_mod._Source, "build", read_again)
         async with h.client(app) as c:
             for _ in range(2):
                 jobs = await c.get("/api/v1/nni/trial-jobs")
@@ -258,7 +258,7 @@ def _mixed_store(path: Path, n: int, scalar: bool = False) -> Any:
     floats, none NaN), parameters of several types (some missing), messages; its snapshot written after the first
     ``n - 6`` trials."""
     from nnix.core.events import ExperimentCreated, TrialCreated, TrialStarted
-    from nnix.core.state import fold_store, write_snapshot
+    from nnix.query.snapshot import fold_store, write_snapshot
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(path)
@@ -351,20 +351,20 @@ def test_the_index_from_a_snapshots_columns_answers_as_every_summary(tmp_path: P
     snapshot holds (a sorted page right after `nnix view` of 100k trials is then a slice)."""
     from nnix.api import views as views_mod
     from nnix.api.views import TrialViews, _ColumnRows
-    from nnix.core import state as state_mod
-    from nnix.core.state import TrialTable, fold_store
+    from nnix.query import snapshot as snap_mod
+    from nnix.query.snapshot import TrialTable, fold_store
 
     monkeypatch.setattr("time.time", lambda: 2e9)  # (running trials' durations: one clock for both)
     store = _mixed_store(tmp_path / "s.sqlite", 60)
     state = fold_store(store)
     trials = state.trials
     assert isinstance(trials, TrialTable) and trials.pending
-    real = state_mod._Source.build
+    real = snap_mod._Source.build
 
     def refuse(*_: Any, **__: Any) -> Any:
         raise AssertionError("a trial the snapshot holds was read to build the index")
 
-    monkeypatch.setattr(state_mod._Source, "build", refuse)
+    monkeypatch.setattr(snap_mod._Source, "build", refuse)
     from types import SimpleNamespace
 
     idx = TrialViews(SimpleNamespace(state=state)).index()  # type: ignore[arg-type]
@@ -372,7 +372,7 @@ def test_the_index_from_a_snapshots_columns_answers_as_every_summary(tmp_path: P
     assert idx.order(views_mod.TrialQuery(sort="param:opt", descending=True)).size == 60
     total, page = views_mod.TrialQuery(sort="metric", descending=True, limit=20).run(idx)  # (summaries: columns)
     assert total == 60 and len(page) == 20
-    monkeypatch.setattr(state_mod._Source, "build", real)
+    monkeypatch.setattr(snap_mod._Source, "build", real)
     got, want = _indexes(state)
     assert isinstance(got.rows, _ColumnRows)
     assert got.rows.cols.kind("final") == "o" and got.rows.cols.kind("param:wd") == "d"
@@ -386,12 +386,13 @@ def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_pa
     import sqlite3
 
     from nnix.api.views import _ColumnRows
-    from nnix.core import state as state_mod
-    from nnix.core.state import fold_store
+    from nnix.query import columns as cols_mod
+    from nnix.query import snapshot as snap_mod
+    from nnix.query.snapshot import fold_store
     from nnix.store import sqlite as sqlite_mod
 
     monkeypatch.setattr("time.time", lambda: 2e9)
-    monkeypatch.setattr(state_mod, "ROWS_CHUNK", 7)  # the records decoded 7 at a time: 6 chunks, the last short
+    monkeypatch.setattr(snap_mod, "ROWS_CHUNK", 7)  # the records decoded 7 at a time: 6 chunks, the last short
     store = _mixed_store(tmp_path / "s.sqlite", 40, scalar=True)
     snap = store.read_snapshot()
     assert snap is not None and len(snap.parts) == 3
@@ -409,21 +410,21 @@ def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_pa
     assert got.rows.cols.kind("param:wd") == "d"  # (floats: kept as doubles)
     _same_answers(got, want, state)
     # a snapshot without them (as an older nnix wrote it): made from the records
-    body2, records, series, _ = state_mod.encode_sections(fold_store(store))
-    old = state_mod.decode_snapshot(body2[:0] + _two_parts(body2, records, series), None)
+    body2, records, series, _ = snap_mod.encode_sections(fold_store(store))
+    old = snap_mod.decode_snapshot(body2[:0] + _two_parts(body2, records, series), None)
     src = old.trials.source  # type: ignore[attr-defined]
-    want_rows = [state_mod.index_row(src.build(i, keep=False)) for i in range(len(src.finals))]
+    want_rows = [cols_mod.index_row(src.build(i, keep=False)) for i in range(len(src.finals))]
     built: dict[int, int] = {}
     for chunk in (7, 10**6):  # the records decoded 7 at a time or all at once: the same rows, the same trials built
         with monkeypatch.context() as m:
-            m.setattr(state_mod, "ROWS_CHUNK", chunk)
-            build = state_mod._Source.build
+            m.setattr(snap_mod, "ROWS_CHUNK", chunk)
+            build = snap_mod._Source.build
 
             def counted(*a: Any, chunk: int = chunk, build: Any = build, **k: Any) -> Any:
                 built[chunk] = built.get(chunk, 0) + 1
                 return build(*a, **k)
 
-            m.setattr(state_mod._Source, "build", counted)
+            m.setattr(snap_mod._Source, "build", counted)
             assert list(src.record_rows()) == want_rows
     assert built.get(7, 0) == built.get(10**6, 0) < len(want_rows) // 2, built
     got, want = _indexes(old)

@@ -19,6 +19,7 @@ from nnix.core.events import MetricReported, TrialCreated, TrialStarted
 from nnix.core.manager import ServiceEvents
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.home import STORE_NAME
+from nnix.query import StoreReader
 from nnix.store.sqlite import SqliteStore
 from nnix.testing import FakeMachine, FakeService, Outcome, wait_until_async
 from nnix.testing.experiments import make_experiment, manager_for, run_experiment
@@ -201,8 +202,8 @@ def test_resume_continues_sequence_ids_and_keeps_history(tmp_path: Path) -> None
 
 def test_a_manager_leaves_a_snapshot_and_the_next_one_starts_from_it(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from nnix.core import state as state_mod
     from nnix.core.events import LimitsUpdated
+    from nnix.query import snapshot as snap_mod
 
     cmd = _trial(tmp_path, "nni.report_intermediate_result(0.5)\nnni.report_final_result(p['x'])\n")
     _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=2)
@@ -213,14 +214,14 @@ def test_a_manager_leaves_a_snapshot_and_the_next_one_starts_from_it(tmp_path: P
     store.append([LimitsUpdated("max_trial_number", 3)])
     store.close()
     loaded: list[int | None] = []
-    real = state_mod.load_snapshot
+    real = snap_mod.load_snapshot
 
     def spy(store: Any, loader: Any) -> Any:
         got = real(store, loader)
         loaded.append(None if got is None else got.last_seq)
         return got
 
-    monkeypatch.setattr(state_mod, "load_snapshot", spy)
+    monkeypatch.setattr(snap_mod, "load_snapshot", spy)
     second = run_experiment(d, action="resume")
     assert loaded[:1] == [snap.seq]  # the resume replayed only what followed the snapshot
     assert second.status is ExperimentStatus.DONE and len(second.trials) == 3
@@ -235,7 +236,7 @@ def test_a_manager_leaves_the_snapshot_as_it_is_when_few_events_followed_it_for_
     """Rewriting a snapshot of 100k trials costs seconds, replaying a view's few events nothing: at exit a
     manager writes one only where at least one event per SNAPSHOT_TRIALS_PER_EVENT trials followed it."""
     from nnix.core import manager as manager_mod
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
 
     cmd = _trial(tmp_path, "nni.report_final_result(p['x'])\n")
     _, d = make_experiment(tmp_path, searchSpace=SPACE, trialCommand=cmd, maxTrialNumber=2)
@@ -247,7 +248,7 @@ def test_a_manager_leaves_the_snapshot_as_it_is_when_few_events_followed_it_for_
     second = run_experiment(d, action="resume")
     assert second.status is ExperimentStatus.DONE and store.read()[-1].seq > snap.seq
     assert store.read_snapshot() == snap  # kept: the next reader replays what followed it
-    assert state_mod.fold_store(store).last_seq == store.read()[-1].seq
+    assert snap_mod.fold_store(store).last_seq == store.read()[-1].seq
     monkeypatch.setattr(manager_mod, "SNAPSHOT_TRIALS_PER_EVENT", 10)
     run_experiment(d, action="resume")
     again = store.read_snapshot()
@@ -260,6 +261,7 @@ def test_a_running_manager_writes_its_periodic_snapshot_from_another_thread(
 
     from nnix.core import manager as manager_mod
     from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
 
     monkeypatch.setattr(manager_mod, "SNAPSHOT_EVERY_EVENTS", 1)
     monkeypatch.setattr(manager_mod, "SNAPSHOT_MIN_INTERVAL", 0.0)
@@ -291,7 +293,7 @@ def test_a_running_manager_writes_its_periodic_snapshot_from_another_thread(
     store = SqliteStore(d / STORE_NAME)
     snap = store.read_snapshot()
     assert snap is not None and snap.seq == store.read()[-1].seq  # and the one at exit, of everything
-    assert state_mod.fold_store(store).trials.keys() == state_mod.fold(store.read()).trials.keys()
+    assert snap_mod.fold_store(store).trials.keys() == state_mod.fold(store.read()).trials.keys()
 
 ALGOS = '''
 from nnix.tuners.base import TunerArgs
@@ -579,7 +581,7 @@ def test_a_resumed_manager_hands_the_tuner_every_trial_without_building_them(tmp
     the N records, in creation order, with their parameters, statuses, final values and intermediate values;
     and none of those trials is built into the manager's state for it (only the trials it creates are)."""
     from nnix.core.events import LimitsUpdated
-    from nnix.core.state import TrialTable
+    from nnix.query.snapshot import TrialTable
 
     n = 9
     _, fake, d, expected = _ran(tmp_path, n)
@@ -661,7 +663,6 @@ def test_the_history_handed_to_the_tuner_logs_the_records_replaced_since_the_las
 def test_the_first_read_of_every_record_lets_the_loop_run_and_misses_nothing(tmp_path: Path, monkeypatch: Any) -> None:
     """A resumed manager reads its trials' records for the tuner a chunk per loop turn; what is recorded meanwhile
     (a new trial, a trial changed) is in the history it then hands out, in order, as a full rebuild has it."""
-    from nnix.core import manager as manager_mod
     from nnix.core.events import TrialEnded
 
     _, fake = _fake(_outcome)
@@ -672,7 +673,7 @@ def test_the_first_read_of_every_record_lets_the_loop_run_and_misses_nothing(tmp
         asyncio.run(asyncio.wait_for(first.run(), 60))
     finally:
         first.store.close()
-    monkeypatch.setattr(manager_mod, "HISTORY_CHUNK", 2)
+    monkeypatch.setattr(StoreReader, "history_chunk", 2)  # (the manager's reader, see nnix.query)
     m = manager_for(d)
     try:
         async def go() -> int:
@@ -701,7 +702,6 @@ def test_a_resumed_manager_asks_and_starts_nothing_before_its_history_is_whole(t
     """A resumed manager reads its tuner's history beside its loop, a chunk per loop turn, once the host's gate
     (``history_after``: its REST server up) is open. Until the history is whole it says it is resuming, and neither
     asks its tuner nor starts a trial (not even one left waiting); its first ask then holds all N records."""
-    from nnix.core import manager as manager_mod
     from nnix.core.events import LimitsUpdated
 
     n = 9
@@ -710,7 +710,7 @@ def test_a_resumed_manager_asks_and_starts_nothing_before_its_history_is_whole(t
     store.append([LimitsUpdated("max_trial_number", n + 2), TrialCreated("left", n, n, {"x": 0.5}, "customized")])
     store.close()
     machine.submitted.clear()
-    monkeypatch.setattr(manager_mod, "HISTORY_CHUNK", 2)
+    monkeypatch.setattr(StoreReader, "history_chunk", 2)  # (the manager's reader, see nnix.query)
     m = manager_for(d, **fake)
     tuner = _Recording()
     m.tuner = tuner

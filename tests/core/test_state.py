@@ -130,15 +130,16 @@ def _started(store: Store) -> None:
 
 def test_a_snapshot_plus_the_events_after_it_is_the_full_fold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
     from nnix.store.sqlite import SqliteStore
 
     monkeypatch.setattr(state_mod, "HOLD_ENDED_METRICS", 10)  # most ended trials' series go to the store
     store = SqliteStore(f"{tmp_path}/s.sqlite")
     _started(store)
     _busy_log(store, range(0, 12))
-    first = state_mod.fold_store(store)
+    first = snap_mod.fold_store(store)
     assert sum(t.held is None for t in first.trials.values()) >= 5  # dropped, served by the store
-    state_mod.write_snapshot(store, first)
+    snap_mod.write_snapshot(store, first)
     _busy_log(store, range(12, 20))
     store.append([TrialEnded("t1", TrialStatus.FAILED, 1, "late")])  # a trial held in the snapshot ends after it
 
@@ -150,7 +151,7 @@ def test_a_snapshot_plus_the_events_after_it_is_the_full_fold(tmp_path: Path, mo
         apply(self, s)
 
     monkeypatch.setattr(state_mod.ExperimentState, "apply", counting)
-    again = state_mod.fold_store(store)
+    again = snap_mod.fold_store(store)
     assert replayed and min(replayed) > first.last_seq  # from the snapshot on, not the whole log
     full = state_mod.fold(store.read())
     assert _canon(again) == _canon(full)
@@ -162,22 +163,23 @@ def test_a_snapshot_that_does_not_match_is_rebuilt_from_the_log(tmp_path: Path, 
     import sqlite3
 
     from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
     from nnix.store.base import Snapshot
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "s.sqlite")
     _started(store)
     _busy_log(store, range(0, 6))
-    good = state_mod.fold_store(store)
+    good = snap_mod.fold_store(store)
     lie = state_mod.fold(store.read()[:-8])  # an older state: trusting it at the head's seq would lose events
     lie.last_seq = good.last_seq
     if damage == "version":
-        store.write_snapshot(Snapshot(state_mod.SNAPSHOT_VERSION + 1, good.last_seq, state_mod.encode_snapshot(lie)))
+        store.write_snapshot(Snapshot(snap_mod.SNAPSHOT_VERSION + 1, good.last_seq, snap_mod.encode_snapshot(lie)))
     elif damage == "seq":  # a valid snapshot whose body says another seq than its row
         lie.last_seq = good.last_seq - 3
-        store.write_snapshot(Snapshot(state_mod.SNAPSHOT_VERSION, good.last_seq, state_mod.encode_snapshot(lie)))
+        store.write_snapshot(Snapshot(snap_mod.SNAPSHOT_VERSION, good.last_seq, snap_mod.encode_snapshot(lie)))
     else:
-        state_mod.write_snapshot(store, lie)
+        snap_mod.write_snapshot(store, lie)
         db = sqlite3.connect(tmp_path / "s.sqlite")
         if damage == "body":  # bytes changed on disk, the checksum not
             body = db.execute("SELECT body FROM snapshot_chunk WHERE n = 0").fetchone()[0]
@@ -191,7 +193,7 @@ def test_a_snapshot_that_does_not_match_is_rebuilt_from_the_log(tmp_path: Path, 
         db.commit()
         db.close()
     assert store.read_snapshot() is None or damage in ("version", "seq")
-    assert _canon(state_mod.fold_store(store)) == _canon(state_mod.fold(store.read()))
+    assert _canon(snap_mod.fold_store(store)) == _canon(state_mod.fold(store.read()))
 
 
 @pytest.mark.parametrize("part", ["records", "series", "gone"])
@@ -201,7 +203,7 @@ def test_a_damaged_piece_of_a_snapshot_part_is_found_when_read_and_its_trials_re
     opens, and a trial whose chunk is damaged (or gone) is folded from its own events in the log when read."""
     import sqlite3
 
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
     from nnix.store import sqlite as sqlite_mod
     from nnix.store.sqlite import SqliteStore
 
@@ -209,7 +211,7 @@ def test_a_damaged_piece_of_a_snapshot_part_is_found_when_read_and_its_trials_re
     store = SqliteStore(tmp_path / "s.sqlite")
     _started(store)
     _busy_log(store, range(0, 12))
-    state_mod.write_snapshot(store, state_mod.fold_store(store))
+    snap_mod.write_snapshot(store, snap_mod.fold_store(store))
     db = sqlite3.connect(tmp_path / "s.sqlite")
     chunks = db.execute("SELECT n, body FROM snapshot_chunk ORDER BY n").fetchall()
     if part == "records":  # a chunk of t8's record: a byte changed, its CRC not
@@ -232,19 +234,19 @@ def test_a_damaged_piece_of_a_snapshot_part_is_found_when_read_and_its_trials_re
     db.commit()
     db.close()
     full = fold(store.read())
-    state = state_mod.fold_store(store)
+    state = snap_mod.fold_store(store)
     assert state.snapshot_seq == state.last_seq  # opened from the snapshot: its body is whole
     assert _canon(state) == _canon(full)  # every trial read: the damaged ones from the log
     assert "rebuilt from its events in the log" in caplog.text
-    state_mod.write_snapshot(store, state)  # the next snapshot is whole again
+    snap_mod.write_snapshot(store, state)  # the next snapshot is whole again
     caplog.clear()
-    again = state_mod.fold_store(store)
+    again = snap_mod.fold_store(store)
     assert _canon(again) == _canon(full) and "rebuilt" not in caplog.text
 
 
 def test_a_snapshot_part_is_read_only_where_a_trial_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Opening a snapshot of ended trials reads its body only: ranking them reads the ranked trials' chunks."""
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
     from nnix.store import sqlite as sqlite_mod
     from nnix.store.sqlite import SqliteStore
 
@@ -253,7 +255,7 @@ def test_a_snapshot_part_is_read_only_where_a_trial_is(tmp_path: Path, monkeypat
     _started(store)
     _busy_log(store, range(0, 40))
     store.append([TrialEnded(f"t{i}", TrialStatus.FAILED, 1) for i in range(1, 40, 4)])
-    state_mod.write_snapshot(store, state_mod.fold_store(store))
+    snap_mod.write_snapshot(store, snap_mod.fold_store(store))
     read: list[int] = []
     real = sqlite_mod._Part._read
 
@@ -265,7 +267,7 @@ def test_a_snapshot_part_is_read_only_where_a_trial_is(tmp_path: Path, monkeypat
     snap = store.read_snapshot()
     assert snap is not None and len(snap.parts) == 3  # (records, intermediate values, index columns)
     total = sum(len(p.crcs) for p in snap.parts if isinstance(p, sqlite_mod._Part))
-    state = state_mod.fold_store(store)
+    state = snap_mod.fold_store(store)
     assert read == [] and total > 30
     assert [t.trial_id for t in state.ranked(2)] == ["t0", "t2"]
     assert 0 < len(read) <= 8  # two records and two series, each in one chunk or two
@@ -280,6 +282,7 @@ def test_kill_9_during_a_snapshot_write_keeps_the_last_one_and_loses_no_event(tm
     import sys
 
     from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
     from nnix.store.sqlite import SqliteStore
 
     path = tmp_path / "s.sqlite"
@@ -287,7 +290,7 @@ def test_kill_9_during_a_snapshot_write_keeps_the_last_one_and_loses_no_event(tm
         "import os, signal, sys\n"
         "sys.path.insert(0, sys.argv[2])\n"
         "from test_state import _busy_log, _started\n"
-        "from nnix.core.state import fold_store, write_snapshot\n"
+        "from nnix.query.snapshot import fold_store, write_snapshot\n"
         "from nnix.store.sqlite import SqliteStore\n"
         "s = SqliteStore(sys.argv[1])\n"
         "_started(s); _busy_log(s, range(0, 5))\n"
@@ -303,37 +306,37 @@ def test_kill_9_during_a_snapshot_write_keeps_the_last_one_and_loses_no_event(tm
     snap = store.read_snapshot()
     assert snap is not None and snap.seq < store.read()[-1].seq
     assert len(store.read(kinds=("TrialCreated",))) == 9
-    assert _canon(state_mod.fold_store(store)) == _canon(state_mod.fold(store.read()))
+    assert _canon(snap_mod.fold_store(store)) == _canon(state_mod.fold(store.read()))
 
 
 # --- a snapshot opens without building its trials; one written again encodes only what changed ---------------
 
 def _snapshotted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Store, list[str]]:
     """A store with a snapshot of 20 trials (some running), and a list that records each trial built from it."""
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "s.sqlite")
     _started(store)
     _busy_log(store, range(0, 20))
-    state_mod.write_snapshot(store, state_mod.fold_store(store))
+    snap_mod.write_snapshot(store, snap_mod.fold_store(store))
     built: list[str] = []
-    real = state_mod._trial
+    real = snap_mod._trial
     def spy(rec: Any, *a: Any) -> Any:
         built.append(rec[0])
         return real(rec, *a)
 
-    monkeypatch.setattr(state_mod, "_trial", spy)
+    monkeypatch.setattr(snap_mod, "_trial", spy)
     return store, built
 
 
 def test_a_snapshot_opens_building_only_its_running_trials_and_each_other_at_its_first_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
 
     store, built = _snapshotted(tmp_path, monkeypatch)
     running = sorted(f"t{i}" for i in range(20) if i % 4 == 1)
-    state = state_mod.fold_store(store)
+    state = snap_mod.fold_store(store)
     assert sorted(built) == running  # the running ones (the manager needs them at once), no ended one
     assert len(state.trials) == 20 and "t7" in state.trials and list(state.trials)[:3] == ["t0", "t1", "t2"]
     assert sorted(t.trial_id for t in state.active_trials) == running and state.count(TrialStatus.RUNNING) == 5
@@ -350,15 +353,15 @@ def test_each_trial_lists_every_trial_without_building_the_snapshots_into_the_st
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full list (the API's) reads each trial a snapshot holds for the reader alone: the state keeps it unbuilt
     (not held in memory), and what the reader sees is what a built trial says."""
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
 
     store, _ = _snapshotted(tmp_path, monkeypatch)
-    state = state_mod.fold_store(store)
+    state = snap_mod.fold_store(store)
     state.trials["t3"]  # one built: listed as it is
-    listed = list(state_mod.each_trial(state.trials))
+    listed = list(snap_mod.each_trial(state.trials))
     assert [t.trial_id for t in listed] == [f"t{i}" for i in range(20)]
     table = state.trials
-    assert isinstance(table, state_mod.TrialTable) and table.pending
+    assert isinstance(table, snap_mod.TrialTable) and table.pending
     unbuilt = [tid for tid in table if isinstance(cast(Any, dict.__getitem__(table, tid)), int)]
     assert len(unbuilt) == 14 and "t3" not in unbuilt and "t0" in unbuilt  # 20 less 5 running and t3
     assert sorted(state.encoded) == ["t3"]  # nothing of the listed ones kept
@@ -370,38 +373,38 @@ def test_each_trial_lists_every_trial_without_building_the_snapshots_into_the_st
 
 def test_a_snapshot_written_again_encodes_only_the_trials_changed_since(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
 
     store, _ = _snapshotted(tmp_path, monkeypatch)
     encoded: list[str] = []
-    real = state_mod._record
+    real = snap_mod._record
     def spy(t: Any) -> Any:
         encoded.append(t.trial_id)
         return real(t)
 
-    monkeypatch.setattr(state_mod, "_record", spy)
-    state = state_mod.fold_store(store)
-    body = state_mod.encode_snapshot(state)
+    monkeypatch.setattr(snap_mod, "_record", spy)
+    state = snap_mod.fold_store(store)
+    body = snap_mod.encode_snapshot(state)
     assert sorted(encoded) == sorted(f"t{i}" for i in range(20) if i % 4 == 1)  # the running ones only
     state.trials["t3"]  # read, not changed: its bytes stay the snapshot's
     store.append([MetricReported("t1", MetricType.FINAL, 0, 0.5, 9, 1), TrialEnded("t1", TrialStatus.SUCCEEDED, 0),
                   TrialEnded("t5", TrialStatus.FAILED, 1, "killed")])
     store.replay(state, state.last_seq)
     encoded.clear()
-    state_mod.encode_snapshot(state)
+    snap_mod.encode_snapshot(state)
     assert sorted(encoded) == ["t1", "t13", "t17", "t5", "t9"]  # changed or running (t3 keeps its bytes)
     encoded.clear()
-    again = state_mod.encode_snapshot(state)
+    again = snap_mod.encode_snapshot(state)
     assert sorted(encoded) == ["t13", "t17", "t9"]  # only the running ones: ended ones are kept as encoded
-    assert again != body and state_mod.decode_snapshot(again, None).trials["t1"].final_value == 0.5
-    state_mod.write_snapshot(store, state)
-    assert _canon(state_mod.fold_store(store)) == _canon(fold(store.read()))
+    assert again != body and snap_mod.decode_snapshot(again, None).trials["t1"].final_value == 0.5
+    snap_mod.write_snapshot(store, state)
+    assert _canon(snap_mod.fold_store(store)) == _canon(fold(store.read()))
 
 
 @pytest.mark.parametrize("direction", ["maximize", "minimize"])
 def test_ranked_is_the_head_or_tail_of_the_trials_sorted_best_first_ties_in_trial_order(
         tmp_path: Path, direction: str) -> None:
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
     from nnix.store.sqlite import SqliteStore
 
     finals = [0.5, None, 0.1, 0.5, float("nan"), 0.9, 0.1, 0.3, 0.5]
@@ -415,8 +418,8 @@ def test_ranked_is_the_head_or_tail_of_the_trials_sorted_best_first_ties_in_tria
         store.append([TrialEnded(tid, TrialStatus.SUCCEEDED, 0)])
     scored = [(f"t{i}", v) for i, v in enumerate(finals) if v is not None and v == v]
     best_first = [tid for tid, _ in sorted(scored, key=lambda x: x[1], reverse=direction == "maximize")]
-    state_mod.write_snapshot(store, state_mod.fold_store(store))
-    for state in (fold(store.read()), state_mod.fold_store(store)):  # all built / read from the snapshot
+    snap_mod.write_snapshot(store, snap_mod.fold_store(store))
+    for state in (fold(store.read()), snap_mod.fold_store(store)):  # all built / read from the snapshot
         for n in (0, 1, 3, 7, 20):
             assert [t.trial_id for t in state.ranked(n)] == best_first[:n]
             assert [t.trial_id for t in state.ranked(n, worst=True)] == best_first[max(0, len(best_first) - n):]
@@ -447,8 +450,8 @@ def _totals(state: Any) -> dict[str, Any]:
 
 
 def test_the_overview_totals_kept_by_the_fold_are_those_counted_from_its_trials(tmp_path: Path) -> None:
-    from nnix.core import state as state_mod
     from nnix.core.events import TrialRequeued
+    from nnix.query import snapshot as snap_mod
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(f"{tmp_path}/s.sqlite")
@@ -456,44 +459,44 @@ def test_the_overview_totals_kept_by_the_fold_are_those_counted_from_its_trials(
     _busy_log(store, range(0, 14))
     store.append([TrialCreated("d", 50, 50, {"x": 1, "y": 2}), TrialStarted("d", "local-env", "/tmp/d"),
                   MetricReported("d", MetricType.FINAL, 0, {"default": 5.5, "acc": 0.1}, 0, 50)])
-    state = state_mod.fold_store(store)
+    state = snap_mod.fold_store(store)
     assert state.totals is not None and not state.totals["dirty"]
     assert _totals(state) == _counted(state) and state.overview_totals()["best"][0] == "t0"  # (minimize)
     # the best trial loses its final result (a retry): the next best is found again
     store.append([TrialRequeued("t0", "host lost")])
-    state = state_mod.fold_store(store, state)
+    state = snap_mod.fold_store(store, state)
     assert _totals(state) == _counted(state) and state.overview_totals()["best"][0] == "t2"
     # a trial reaching the same value later than the best one does not take its place (trial order breaks ties)
     store.append([TrialStarted("t0", "local-env", "/tmp/t0"), MetricReported("t0", MetricType.FINAL, 0, 2.0, 20, 0)])
-    state = state_mod.fold_store(store, state)
+    state = snap_mod.fold_store(store, state)
     assert _totals(state) == _counted(state) and state.overview_totals()["best"][0] == "t0"
     assert state.best_trial() is state.ranked(1)[0] is state.trials["t0"]
 
 
 def test_a_snapshot_holds_the_totals_and_an_older_one_without_them_still_opens(tmp_path: Path) -> None:
-    from nnix.core import state as state_mod
+    from nnix.query import snapshot as snap_mod
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(f"{tmp_path}/s.sqlite")
     _started(store)
     _busy_log(store, range(0, 12))
-    full = state_mod.fold_store(store)
-    state_mod.write_snapshot(store, full)
-    loaded = state_mod.fold_store(store)
+    full = snap_mod.fold_store(store)
+    snap_mod.write_snapshot(store, full)
+    loaded = snap_mod.fold_store(store)
     table = loaded.trials
-    assert isinstance(table, state_mod.TrialTable) and table.source is not None
+    assert isinstance(table, snap_mod.TrialTable) and table.source is not None
     left = table.source.left
     assert _totals(loaded) == _counted(full)
     assert table.source.left == left  # no trial was built for them
     # an older snapshot (no totals in its head): opened all the same, the totals counted when first asked for
     full.totals = None
-    state_mod.write_snapshot(store, full)
-    old = state_mod.fold_store(store)
+    snap_mod.write_snapshot(store, full)
+    old = snap_mod.fold_store(store)
     assert old.totals is None
     assert _totals(old) == _counted(full)
     # and kept from then on
     store.append([TrialCreated("n", 99, 99, {"z": 1})])
-    old = state_mod.fold_store(store, old)
+    old = snap_mod.fold_store(store, old)
     assert old.totals is not None and old.totals["counts"]["WAITING"] == _counted(old)["counts"]["WAITING"]
     assert "z" in old.totals["paramKeys"]
 
@@ -512,6 +515,7 @@ def _kept(state: Any) -> tuple[list[str], dict[TrialStatus, int]]:
 def test_the_live_trials_and_status_counts_kept_by_the_fold_are_those_of_its_trials(tmp_path: Path) -> None:
     from nnix.core import state as state_mod
     from nnix.core.events import TrialRequeued
+    from nnix.query import snapshot as snap_mod
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(f"{tmp_path}/s.sqlite")
@@ -525,19 +529,19 @@ def test_the_live_trials_and_status_counts_kept_by_the_fold_are_those_of_its_tri
     full = state_mod.fold(store.read())
     live, counts = _scan(full)
     assert live == ["t1", "t9", "t13", "w"] and counts[TrialStatus.WAITING] == 2 and counts[TrialStatus.FAILED] == 1
-    folded = state_mod.fold_store(store)
+    folded = snap_mod.fold_store(store)
     assert _kept(folded) == (live, counts)
     assert folded.count(TrialStatus.RUNNING, TrialStatus.WAITING) == 4
     assert folded.count(TrialStatus.SUCCEEDED, TrialStatus.FAILED) == counts[TrialStatus.SUCCEEDED] + 1
 
     # from a snapshot, before any ended trial is built, then with events after it
-    state_mod.write_snapshot(store, folded)
-    loaded = state_mod.fold_store(store)
-    assert isinstance(loaded.trials, state_mod.TrialTable) and loaded.trials.pending
+    snap_mod.write_snapshot(store, folded)
+    loaded = snap_mod.fold_store(store)
+    assert isinstance(loaded.trials, snap_mod.TrialTable) and loaded.trials.pending
     assert _kept(loaded) == (live, counts)
     store.append([TrialEnded("t1", TrialStatus.SUCCEEDED, 0), TrialStarted("w", "local-env", "/tmp/w"),
                   TrialCreated("n", 42, 42, {"x": 2}), TrialRequeued("t3", "retried after it ended")])
-    loaded = state_mod.fold_store(store, loaded)
+    loaded = snap_mod.fold_store(store, loaded)
     again = state_mod.fold(store.read())
     assert _kept(loaded) == _scan(again)
     assert [t.trial_id for t in loaded.active_trials] == ["t3", "t9", "t13", "w", "n"]  # (in creation order)

@@ -65,8 +65,9 @@ def test_two_writers_interleave_without_loss(tmp_path: Path) -> None:
 
 def test_replay_fast_path_equals_the_plain_fold(tmp_path: Path) -> None:
     from nnix.core.events import ExperimentCreated, MetricReported, TrialEnded
-    from nnix.core.state import fold, fold_store
+    from nnix.core.state import fold
     from nnix.core.status import MetricType, TrialStatus
+    from nnix.query.snapshot import fold_store
 
     s = SqliteStore(tmp_path / "s.sqlite")
     s.append([ExperimentCreated("e", {"trial_concurrency": 1}, 3), TrialCreated("a", 0, 0, {"x": 1})])

@@ -26,10 +26,11 @@ from nnix.api.jsonstream import JSONStream
 from nnix.api.views import TrialView, series_of
 from nnix.config import ExperimentConfig
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import Metric, TrialState, each_trial
+from nnix.core.state import Metric, TrialState
 from nnix.errors import NnixError, StoreError
 from nnix.home import trial_files_dir
 from nnix.model.status import MetricType, TrialStatus
+from nnix.query import Query
 from nnix.version import __version__
 
 PREFIX = "/api/v1/nni"
@@ -366,7 +367,7 @@ def routes(ctx: ApiContext) -> list[Route]:
         if tid:  # one trial: a long series left in the store is read by a thread, not on the loop
             t = trial_or_404(ctx, tid)
             return JSONStream(_records([(t, list(await series_of(m, t)))], mtype))
-        trials: Iterable[TrialState] = each_trial(m.state.trials)
+        trials: Iterable[TrialState] = Query(m.state).trials()
         # the trials are listed now, each series copied when the stream reaches it (it grows meanwhile; an
         # ended trial's is read from the store then), encoded a slice at a time
         return JSONStream(_records(((t, list(t.metrics)) for t in trials), mtype))
@@ -388,7 +389,7 @@ def routes(ctx: ApiContext) -> list[Route]:
                 yield from metric_records(t, picked)
                 yield None
 
-        return JSONStream(latest((t, list(t.metrics)) for t in each_trial(m.state.trials)))
+        return JSONStream(latest((t, list(t.metrics)) for t in Query(m.state).trials()))
 
     @route.get("/metric-data-range/{min}/{max}")
     async def metric_data_range(request: Request) -> Response:
@@ -396,13 +397,13 @@ def routes(ctx: ApiContext) -> list[Route]:
             lo, hi = int(request.path_params["min"]), int(request.path_params["max"])
         except ValueError as e:
             raise ApiError(400, "min_seq_id and max_seq_id must be integers") from e
-        trials = (t for t in each_trial(m.state.trials) if lo <= t.sequence_id <= hi)
+        trials = (t for t in Query(m.state).trials() if lo <= t.sequence_id <= hi)
         return JSONStream(_records(((t, list(t.metrics)) for t in trials), None))
 
     @route.get("/job-statistics")
     async def job_statistics(_: Request) -> Response:
         counts: dict[str, int] = {}
-        for t in each_trial(m.state.trials):
+        for t in Query(m.state).trials():
             counts[t.status.value] = counts.get(t.status.value, 0) + 1
         return JSON([{"trialJobStatus": k, "trialJobNumber": v} for k, v in counts.items()])
 

@@ -35,10 +35,11 @@ from nnix.api.jsonstream import JSONStream
 from nnix.api.openapi import document
 from nnix.api.sse import EventStreamResponse
 from nnix.api.views import MAX_LIMIT, TrialQuery, columns_json, overview, parse_columns, series_of
-from nnix.core.state import Metric, TrialState, each_trial
+from nnix.core.state import Metric, TrialState
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
 from nnix.model.status import MetricType
+from nnix.query import Query
 
 PREFIX = "/api/nnix/v1"
 LOG_NAMES = ("stdout", "stderr", "trial.log")
@@ -181,7 +182,8 @@ def routes(ctx: ApiContext) -> list[Route]:
         if not isinstance(body, dict) or not isinstance(body.get("parameters"), dict):
             raise ApiError(400, 'the body must be {"parameters": {...}}')
         seq = add_customized(ctx, body["parameters"])
-        t = next(t for t in reversed(m.state.trials.values()) if t.sequence_id == seq)
+        t = Query(m.state).newest(lambda t: t.sequence_id == seq)
+        assert t is not None  # (the trial add_customized just created)
         return JSON(ctx.views.summary(t), status_code=201)
 
     @route.get("/trials/{id}")
@@ -260,7 +262,7 @@ def routes(ctx: ApiContext) -> list[Route]:
                 raise ApiError(404, f"no trial {', '.join(missing[:5])}")
             trials: Iterable[TrialState] = [m.state.trials[i] for i in wanted]
         else:
-            trials = each_trial(m.state.trials)  # (one at a time)
+            trials = Query(m.state).trials()  # (one at a time)
         def build(t: TrialState, _: Any) -> bytes | None:
             xs, ys = ctx.views.curve(t, key)
             return curve_json(t.trial_id, *downsample(xs, ys, max_points)) if xs else None

@@ -22,21 +22,10 @@ from typing import Any
 from nnix.api.common import ApiError, dumps, dumps_exact, ms
 from nnix.api.jsonstream import Parts
 from nnix.core.manager import ExperimentManager
-from nnix.core.state import (
-    INDEX_FIELDS,
-    INDEX_STATUSES,
-    SERIES_KINDS,
-    IndexColumns,
-    Metric,
-    TrialState,
-    TrialTable,
-    each_trial_or_known,
-    index_row,
-    one_trial_or_known,
-    row_summary,
-    series,
-)
+from nnix.core.state import SERIES_KINDS, Metric, TrialState, series
 from nnix.model.status import MetricType, TrialStatus
+from nnix.query.columns import INDEX_FIELDS, INDEX_STATUSES, IndexColumns, index_row, row_summary
+from nnix.query.snapshot import TrialTable, each_trial_or_known, one_trial_or_known
 from nnix.version import __version__
 
 STOPPED_STATUSES = (TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED, TrialStatus.EARLY_STOPPED)
@@ -124,7 +113,7 @@ class TrialView:
 
 
 def summarize(t: TrialState, scan: MetricScan | None = None) -> dict[str, Any]:
-    """The summary of ``t`` (:func:`~nnix.core.state.row_summary`), its metrics read through ``scan`` (kept by
+    """The summary of ``t`` (:func:`~nnix.query.columns.row_summary`), its metrics read through ``scan`` (kept by
     the caller: a trial reporting fast then costs its new metrics, not all of them)."""
     scan = (scan or MetricScan()).update(t)
     return row_summary(t.trial_id, index_row(t, (scan.final, scan.latest, scan.n_inter)))

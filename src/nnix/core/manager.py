@@ -20,10 +20,10 @@ import shlex
 import string
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nnix.agent.channel import REJECT_SAMPLE, metric_problem
 from nnix.agent.reason import exit_reason
@@ -31,15 +31,7 @@ from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import AssessedHistory, Assessor, AssessorContext, Decision
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.core.metrics import METRIC_CAP, cap_message, keep_line
-from nnix.core.state import (
-    HISTORY_CHUNK,
-    ExperimentState,
-    TrialState,
-    fold_store,
-    record_of,
-    snapshot_of,
-    tuner_records,
-)
+from nnix.core.state import ExperimentState, TrialState
 from nnix.errors import (
     GpuUnavailableError,
     NnixError,
@@ -121,6 +113,21 @@ class ServiceEvents:
         await self._manager.caught_up()
 
 
+class StateReader(Protocol):
+    """How the manager opens its state from the store and keeps it there (the read side's
+    :class:`nnix.query.StoreReader`, handed in by the host: ``nnix.core`` sits below ``nnix.query``)."""
+
+    history_chunk: int  # trials whose tuner records are read at once (a chunk per loop turn)
+
+    def load(self, store: Store) -> ExperimentState: ...
+
+    def snapshot(self, state: ExperimentState) -> Snapshot: ...
+
+    def tuner_records(self, state: ExperimentState) -> Iterator[tuple[str, TrialRecord | None]]: ...
+
+    def record_of(self, t: TrialState) -> TrialRecord | None: ...
+
+
 class ExperimentManager:
     """Drives one experiment. Build it with :func:`nnix.host.build.build_manager`."""
 
@@ -132,6 +139,7 @@ class ExperimentManager:
         tuner: Tuner,
         direction: Direction,
         service_factory: Callable[[Callable[[RunnerEvent], None]], TrainingService],
+        reader: StateReader,
         assessor: Assessor | None = None,
         clock: Callable[[], float] = time.time,
         heartbeat: float = 10.0,
@@ -143,7 +151,8 @@ class ExperimentManager:
         self.assessor = assessor
         self.direction = direction
         self.clock = clock
-        self.state: ExperimentState = fold_store(store)
+        self.reader = reader
+        self.state: ExperimentState = reader.load(store)
         self._snapshot_seq, self._snapshot_at = self.state.snapshot_seq, clock()  # (0: the store has none)
         # The tuner's history, kept per trial and rebuilt only for trials an event touched since the last
         # ask (every change of state goes through record()): an ask costs O(changed), not O(history).
@@ -602,7 +611,7 @@ class ExperimentManager:
         if rebuild:
             self._imported_records = self._usable_imports()
         if self._trial_records is None:  # every trial, at once (see _read_records)
-            self._trial_records = dict(tuner_records(self.state))
+            self._trial_records = dict(self.reader.tuner_records(self.state))
             self._stale_records.clear()
             rebuild = True
         if self._stale_records:
@@ -610,7 +619,7 @@ class ExperimentManager:
             history, at = self._history_list, self._history_at
             for trial_id in self._stale_records:  # in event order: a new trial is the state's newest
                 t = trials.get(trial_id)
-                new = None if t is None else record_of(t)
+                new = None if t is None else self.reader.record_of(t)
                 known, old = trial_id in records, records.get(trial_id)
                 records[trial_id] = new
                 if rebuild:
@@ -689,8 +698,8 @@ class ExperimentManager:
         self._reading_records = True
         try:
             got: dict[str, TrialRecord | None] = {}
-            them = tuner_records(self.state)
-            while chunk := list(islice(them, HISTORY_CHUNK)):
+            them = self.reader.tuner_records(self.state)
+            while chunk := list(islice(them, self.reader.history_chunk)):
                 got.update(chunk)
                 await asyncio.sleep(0)
                 if self._trial_records is not None:
@@ -987,7 +996,7 @@ class ExperimentManager:
                 or (self._snapshot_job is not None and not self._snapshot_job.done()))) or (
                 self._snapshot_seq and since * SNAPSHOT_TRIALS_PER_EVENT < len(st.trials)):
             return
-        snap = snapshot_of(st)
+        snap = self.reader.snapshot(st)
         if periodic:
             self._snapshot_at = self.clock()
             self._snapshot_job = asyncio.ensure_future(asyncio.to_thread(self._write_snapshot, snap, True))
@@ -1122,7 +1131,3 @@ def _scalar(value: Any) -> float | None:
         return None
     return v if math.isfinite(v) else None
 
-
-def history_records(state: ExperimentState) -> Sequence[TrialRecord]:
-    """The tuner's view of an experiment's history (used by tests and tools)."""
-    return [r for _, r in tuner_records(state) if r is not None]

@@ -19,6 +19,7 @@ from nnix.errors import NnixError, StoreError, TunerError
 from nnix.home import STORE_NAME, Entry, Registry
 from nnix.model.events import ExperimentCreated
 from nnix.model.trials import Direction
+from nnix.query import StoreReader
 from nnix.registry import Kind, resolve
 from nnix.services.base import ServiceContext, TrainingService
 from nnix.services.factory import ServiceFactory, service_factory
@@ -162,6 +163,7 @@ def build_manager(
         service_factory=service or service_factory(
             config, ServiceContext(state.experiment_id, exp_dir), service_class=service_class, **service_options
         ),
+        reader=StoreReader(),
         assessor=assessor,
         exit_when_done=exit_when_done,
     )

@@ -13,8 +13,9 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nnix.core.state import ExperimentState, each_trial
+from nnix.core.state import ExperimentState
 from nnix.model.status import ExperimentStatus, TrialStatus
+from nnix.query import Query
 
 if TYPE_CHECKING:
     from nnix.core.manager import ExperimentManager
@@ -127,7 +128,7 @@ REPORTED = (TrialStatus.FAILED, TrialStatus.SYS_CANCELED)
 def failure_reasons(state: ExperimentState) -> list[tuple[str, int, str]]:
     """Distinct reasons of failed trials, most frequent first: (reason, count, first trial id)."""
     seen: dict[str, list[Any]] = {}
-    for t in each_trial(state.trials):
+    for t in Query(state).trials(series=False):
         if t.status in REPORTED:
             reason = t.message or f"{t.status.value} (no reason recorded)"
             entry = seen.setdefault(reason, [0, t.trial_id])
@@ -288,7 +289,7 @@ def any_started(state: ExperimentState) -> bool:
     """Whether a trial of the experiment ever started (has output to show)."""
     if state.count(TrialStatus.SUCCEEDED, TrialStatus.RUNNING, TrialStatus.EARLY_STOPPED):
         return True  # (only a started trial gets these statuses: no trial is looked at)
-    return any(t.output_dir for t in each_trial(state.trials))
+    return any(t.output_dir for t in Query(state).trials(series=False))
 
 
 def failure_report(state: ExperimentState, top: int = 3) -> list[str]:
