@@ -179,3 +179,13 @@ def test_the_cli_reads_experiments_only_through_the_client() -> None:
                      if source == "nnix.cli" and package_of(target) in CLI_READS_THROUGH_CLIENT})
     assert not direct, f"the CLI imports these directly (use nnix.client): {direct}"
     assert "nnix.client" in package_graph(module_level_only=False)["nnix.cli"]  # (the check sees the CLI's imports)
+
+
+# The read side (nnix.query) is read only through its package's interface (README, architecture): the snapshot codec,
+# its lazy trial table, the index columns and the summaries are its modules, imported by no module outside it
+def test_the_read_side_is_read_only_through_its_interface() -> None:
+    inside = sorted({f"{source} -> {target}" for source, target, _ in _all_imports()
+                     if source != "nnix.query" and target.startswith("nnix.query.")})
+    assert not inside, f"these import the read side's internals (use nnix.query's interface): {inside}"
+    readers = {source for source, target, _ in _all_imports() if target == "nnix.query"}
+    assert {"nnix.api", "nnix.home", "nnix.host"} <= readers  # (the check sees who reads through it)

@@ -116,7 +116,7 @@ def test_a_stream_fitting_one_slice_is_sent_whole_and_a_long_one_in_pieces() -> 
 def test_parts_given_whole_make_the_same_array_a_slice_of_parts_at_a_time(monkeypatch: Any) -> None:
     """Parts given whole (a kept list) are joined LIST_STEP at a time: the same bytes as one at a time."""
     from nnix.api import jsonstream
-    from nnix.api.jsonstream import Parts
+    from nnix.query import Parts
 
     monkeypatch.setattr(jsonstream, "LIST_STEP", 3)
 

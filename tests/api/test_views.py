@@ -6,10 +6,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nnix.api.views import MetricScan, summarize
 from nnix.core.events import MetricReported, TrialEnded
 from nnix.core.state import Metric, TrialState
 from nnix.core.status import MetricType, TrialStatus
+from nnix.query.summaries import MetricScan, summarize
 from nnix.store.base import Stored
 
 P, F = MetricType.PERIODICAL, MetricType.FINAL
@@ -39,9 +39,9 @@ def test_an_ended_trials_view_holds_only_its_json_and_answers_as_the_summary_doe
     TrialJobInfo of an ended trial is made again when its view is."""
     from types import SimpleNamespace
 
-    from nnix.api.views import TrialViews
     from nnix.core.events import ExperimentCreated, TrialCreated, TrialStarted, TrialWarning
     from nnix.core.state import ExperimentState
+    from nnix.query.summaries import TrialViews
 
     state = ExperimentState()
     events: list[Any] = [ExperimentCreated("e1", {}, 1)]
@@ -98,9 +98,9 @@ def test_warming_summarizes_the_trials_of_a_snapshot_a_chunk_at_a_time_without_b
     import asyncio
     from types import SimpleNamespace
 
-    from nnix.api.views import TrialViews
     from nnix.core.events import ExperimentCreated, TrialCreated, TrialStarted
     from nnix.query.snapshot import TrialTable, fold_store, write_snapshot
+    from nnix.query.summaries import TrialViews
     from nnix.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "s.sqlite")
@@ -181,7 +181,7 @@ def test_a_repeated_full_list_is_sent_as_kept_until_the_state_moves(finished: Pa
     (no trial looked at again: many clients polling share one build); an event makes the next list anew; a list over
     the memory bound (FULL_KEEP) is not kept joined, but as its parts (the trials' views' own bytes, not copied),
     streamed again without a look at any trial."""
-    from nnix.api import views as views_mod
+    from nnix.query import summaries as views_mod
 
     manager, app = h.viewer(finished)
     lists = ("/api/v1/nni/trial-jobs", "/api/v1/nni/export-data", "/api/v1/nni/trial-jobs?status=SUCCEEDED")
@@ -226,8 +226,8 @@ def test_a_repeated_full_list_is_sent_as_kept_until_the_state_moves(finished: Pa
 def test_the_index_answers_every_query_as_a_sort_of_the_whole_list_does(finished: Path, h: Any) -> None:
     """A query answered from the index (orders kept per sort key, conditions tested on arrays of a field) gives the
     same trials in the same order as filtering and sorting the whole list of summaries (the streamed full list)."""
-    from nnix.api.views import TrialQuery, TrialViews
     from nnix.core.events import TrialCreated
+    from nnix.query.summaries import TrialQuery, TrialViews
 
     manager, _ = h.viewer(finished)
     st = manager.state
@@ -319,7 +319,7 @@ def _indexes(state: Any) -> tuple[Any, Any]:
     """The index of ``state`` a viewer builds, and the one of every trial's summary (the full-summary path)."""
     from types import SimpleNamespace
 
-    from nnix.api.views import TrialIndex, TrialViews, _SummaryRows
+    from nnix.query.summaries import TrialIndex, TrialViews, _SummaryRows
 
     got = TrialViews(SimpleNamespace(state=state)).index()  # type: ignore[arg-type]
     every = TrialViews(SimpleNamespace(state=state)).all()  # type: ignore[arg-type]
@@ -327,7 +327,7 @@ def _indexes(state: Any) -> tuple[Any, Any]:
 
 
 def _same_answers(got: Any, want: Any, state: Any) -> None:
-    from nnix.api.views import TrialQuery, columns_json
+    from nnix.query.summaries import TrialQuery, columns_json
 
     tot = state.overview_totals()
     keys = (frozenset(tot["metricKeys"]), frozenset(tot["paramKeys"]))
@@ -349,10 +349,10 @@ def test_the_index_from_a_snapshots_columns_answers_as_every_summary(tmp_path: P
     """Sorted, filtered and searched lists from the snapshot's index columns (and the summaries of the trials
     changed or created after it) equal those of every trial's summary; building that index reads no trial the
     snapshot holds (a sorted page right after `nnix view` of 100k trials is then a slice)."""
-    from nnix.api import views as views_mod
-    from nnix.api.views import TrialViews, _ColumnRows
     from nnix.query import snapshot as snap_mod
+    from nnix.query import summaries as views_mod
     from nnix.query.snapshot import TrialTable, fold_store
+    from nnix.query.summaries import TrialViews, _ColumnRows
 
     monkeypatch.setattr("time.time", lambda: 2e9)  # (running trials' durations: one clock for both)
     store = _mixed_store(tmp_path / "s.sqlite", 60)
@@ -385,10 +385,10 @@ def test_damaged_or_missing_index_columns_are_made_again_from_the_records(tmp_pa
     trusted: they are made from the trials' records, and the answers are those of every summary."""
     import sqlite3
 
-    from nnix.api.views import _ColumnRows
     from nnix.query import columns as cols_mod
     from nnix.query import snapshot as snap_mod
     from nnix.query.snapshot import fold_store
+    from nnix.query.summaries import _ColumnRows
     from nnix.store import sqlite as sqlite_mod
 
     monkeypatch.setattr("time.time", lambda: 2e9)
@@ -450,9 +450,9 @@ def test_a_long_series_left_in_the_store_is_read_by_a_thread(finished: Path, h: 
     import threading
 
     import nnix.core.state as state_mod
-    from nnix.api.views import SERIES_ON_LOOP
     from nnix.core.events import TrialCreated, TrialStarted
     from nnix.home import STORE_NAME
+    from nnix.query.summaries import SERIES_ON_LOOP
     from nnix.store.sqlite import SqliteStore
 
     n = SERIES_ON_LOOP + 2_000

@@ -25,9 +25,9 @@ from nnix.api.common import ApiContext, ApiError, Handler, error
 from nnix.api.compat import PREFIX, UPDATES, metric_record, profile, trial_info
 from nnix.api.security import HostPolicy, SecurityMiddleware, configured_hosts, new_secret
 from nnix.api.sse import EventHub
-from nnix.api.views import TrialViews
 from nnix.core.manager import ExperimentManager
 from nnix.errors import NnixError
+from nnix.query import QueryError, TrialViews
 
 __all__ = ["PREFIX", "UPDATES", "ApiApp", "create_app", "metric_record", "profile", "trial_info"]
 
@@ -40,6 +40,8 @@ def guard(handler: Handler) -> Handler:
             return await handler(request)
         except ApiError as e:
             return error(e.status, e.message)
+        except QueryError as e:  # (a list's query the read side refuses)
+            return error(400, e.message)
         except ClientDisconnect:  # not a failure of the manager: one line, no traceback
             log.info("%s %s: the client hung up before sending the whole body", request.method, request.url.path)
             return error(400, "the client hung up")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,11 +12,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from nnix.limits import MAX_REQUEST_BYTES
+from nnix.query import dumps as dumps
+from nnix.query import dumps_exact as dumps_exact
+from nnix.query import ms as ms
 
 if TYPE_CHECKING:
     from nnix.api.sse import EventHub
-    from nnix.api.views import TrialViews
     from nnix.core.manager import ExperimentManager
+    from nnix.query import TrialViews
 
 MAX_BODY = MAX_REQUEST_BYTES  # bytes: nothing legitimate sent to the API is bigger (the CLI sends no more)
 READ_ONLY = "readonly mode: the experiment is only viewed"
@@ -81,31 +83,6 @@ class ApiContext:
             raise ApiError(400, READ_ONLY)
 
 
-def _finite(obj: Any) -> Any:
-    """A copy of ``obj`` with NaN/inf floats replaced by None (browsers' JSON.parse rejects them)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def dumps(obj: Any) -> bytes:
-    """Strict JSON (no NaN tokens): non-finite floats become null."""
-    exact = dumps_exact(obj)
-    return exact if exact is not None else json.dumps(_finite(obj), allow_nan=False, separators=(",", ":")).encode()
-
-
-def dumps_exact(obj: Any) -> bytes | None:
-    """:func:`dumps` of ``obj`` where it has no non-finite float (its JSON then decodes to what it was), else None."""
-    try:
-        return json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
-    except ValueError:
-        return None
-
-
 class JSON(Response):
     media_type = "application/json"
 
@@ -153,7 +130,3 @@ def int_param(request: Request, name: str, default: int, lo: int, hi: int) -> in
     if not lo <= value <= hi:
         raise ApiError(400, f"{name} must be between {lo} and {hi}, got {value}")
     return value
-
-
-def ms(ts: float | None) -> int | None:
-    return None if ts is None else int(ts * 1000)

@@ -23,14 +23,13 @@ from starlette.routing import Route
 from nnix.api.common import JSON, ApiContext, ApiError, RouteTable, dumps, ms, read_json
 from nnix.api.files import open_trial_file_async, serve_file
 from nnix.api.jsonstream import JSONStream
-from nnix.api.views import TrialView, series_of
 from nnix.config import ExperimentConfig
 from nnix.core.manager import ExperimentManager
 from nnix.core.state import Metric, TrialState
 from nnix.errors import NnixError, StoreError
 from nnix.home import trial_files_dir
 from nnix.model.status import MetricType, TrialStatus
-from nnix.query import Query
+from nnix.query import Query, TrialView, series_of
 from nnix.version import __version__
 
 PREFIX = "/api/v1/nni"

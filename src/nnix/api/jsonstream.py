@@ -17,13 +17,11 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from nnix.query import Parts
+
 SLICE_SECONDS = 0.005  # encode at most this long before letting the loop run (1 ms: a 10k-trial export took 2x as long)
 SLICE_BYTES = 256 * 1024  # send when this much is encoded
 LIST_STEP = 512  # parts of a list given whole joined at once (NNI's TrialJobInfo: ~600 bytes each, ~300 KiB)
-
-
-class Parts(list[bytes]):
-    """The parts of a JSON array, all there (none ``None``): :func:`json_array` joins them a slice at a time."""
 
 
 async def json_array(parts: Iterable[bytes | None], *, head: bytes = b"[", tail: bytes = b"]") -> AsyncIterator[bytes]:

@@ -34,12 +34,12 @@ from nnix.api.files import open_trial_file, open_trial_file_async, serve_file
 from nnix.api.jsonstream import JSONStream
 from nnix.api.openapi import document
 from nnix.api.sse import EventStreamResponse
-from nnix.api.views import MAX_LIMIT, TrialQuery, columns_json, overview, parse_columns, series_of
+from nnix.api.views import overview
 from nnix.core.state import Metric, TrialState
 from nnix.errors import NnixError
 from nnix.home import trial_files_dir
 from nnix.model.status import MetricType
-from nnix.query import Query
+from nnix.query import MAX_LIMIT, Query, TrialQuery, columns_json, parse_columns, series_of
 
 PREFIX = "/api/nnix/v1"
 LOG_NAMES = ("stdout", "stderr", "trial.log")

@@ -17,9 +17,10 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from nnix.api.common import dumps, ms
-from nnix.api.views import TrialViews, overview
+from nnix.api.views import overview
 from nnix.core.manager import ExperimentManager
 from nnix.model.events import Event, ManagerHeartbeat, MetricReported
+from nnix.query import TrialViews
 
 log = logging.getLogger("nnix.api")
 

@@ -12,18 +12,48 @@ them (tests/test_import_layers.py).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nnix.core.state import ExperimentState, Metric, TrialState
 from nnix.model.status import TrialStatus
 from nnix.model.trials import TrialRecord
 from nnix.query import snapshot as _snapshot
+from nnix.query.jsonout import Parts, QueryError, dumps, dumps_exact, ms
 from nnix.store.base import Snapshot, Store
 
-__all__ = ["HISTORY_CHUNK", "Query", "StoreReader", "open_state"]
+if TYPE_CHECKING:
+    from nnix.query.summaries import (
+        MAX_LIMIT,
+        MetricScan,
+        TrialIndex,
+        TrialQuery,
+        TrialView,
+        TrialViews,
+        columns_json,
+        parse_columns,
+        series_of,
+        summarize,
+    )
+
+__all__ = ["HISTORY_CHUNK", "MAX_LIMIT", "MetricScan", "Parts", "Query", "QueryError", "StoreReader", "TrialIndex",
+           "TrialQuery", "TrialView", "TrialViews", "columns_json", "dumps", "dumps_exact", "ms", "open_state",
+           "parse_columns", "series_of", "summarize"]
 
 HISTORY_CHUNK = _snapshot.HISTORY_CHUNK
+# what REST and the web UI read (the summaries, the list query, columns for charts): imported when first asked for,
+# so a CLI verb that only opens a state does not load them
+_SUMMARIES = ("MAX_LIMIT", "MetricScan", "TrialIndex", "TrialQuery", "TrialView", "TrialViews", "columns_json",
+              "parse_columns", "series_of", "summarize")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUMMARIES:
+        value = getattr(importlib.import_module("nnix.query.summaries"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'nnix.query' has no attribute {name!r}")
 
 
 def open_state(store: Store, state: ExperimentState | None = None,
