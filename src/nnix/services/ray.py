@@ -770,9 +770,11 @@ class RayLauncher:
         argv = [self._python, *request.agent_args()]
 
         def submit() -> _Actor:
+            # every manager that takes the actor over keeps one `wait` call running in it for the agent's life (a
+            # killed manager's keeps its thread too): room for many resumes, each call a thread, not a CPU
             opts: dict[str, Any] = {
                 "name": handle, "namespace": self._namespace, "num_cpus": self._num_cpus,
-                "num_gpus": self._num_gpus, "max_concurrency": 4, "max_restarts": 0,
+                "num_gpus": self._num_gpus, "max_concurrency": 16, "max_restarts": 0,
             }
             if self._resources:
                 opts["resources"] = dict(self._resources)
