@@ -19,9 +19,7 @@ import secrets
 import shlex
 import string
 import time
-import weakref
-from collections.abc import Callable, Iterator
-from itertools import islice
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -62,7 +60,7 @@ from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TrainingService
 from nnix.space import SearchSpace
 from nnix.store.base import Snapshot, Store
-from nnix.tuners.base import History, ReplacedLog, Tuner, TunerContext
+from nnix.tuners.base import History, Tuner, TunerContext
 
 log = logging.getLogger("nnix.manager")
 
@@ -117,15 +115,30 @@ class StateReader(Protocol):
     """How the manager opens its state from the store and keeps it there (the read side's
     :class:`nnix.query.StoreReader`, handed in by the host: ``nnix.core`` sits below ``nnix.query``)."""
 
-    history_chunk: int  # trials whose tuner records are read at once (a chunk per loop turn)
-
     def load(self, store: Store) -> ExperimentState: ...
 
     def snapshot(self, state: ExperimentState) -> Snapshot: ...
 
-    def tuner_records(self, state: ExperimentState) -> Iterator[tuple[str, TrialRecord | None]]: ...
+    def history(self, state: ExperimentState, imports: Callable[[], list[TrialRecord]]) -> TunerHistoryKeeper: ...
 
-    def record_of(self, t: TrialState) -> TrialRecord | None: ...
+
+class TunerHistoryKeeper(Protocol):
+    """The tuner's history of a state, kept per trial (the read side's :class:`nnix.query.history.TunerHistory`)."""
+
+    at: dict[str, int]  # trial id -> its record's index in the history
+
+    @property
+    def whole(self) -> bool: ...
+
+    def touched(self, trial_id: str) -> None: ...
+
+    def imported(self) -> None: ...
+
+    def records_list(self) -> list[TrialRecord]: ...
+
+    def view(self) -> History: ...
+
+    async def read(self) -> None: ...
 
 
 class ExperimentManager:
@@ -154,26 +167,13 @@ class ExperimentManager:
         self.reader = reader
         self.state: ExperimentState = reader.load(store)
         self._snapshot_seq, self._snapshot_at = self.state.snapshot_seq, clock()  # (0: the store has none)
-        # The tuner's history, kept per trial and rebuilt only for trials an event touched since the last
-        # ask (every change of state goes through record()): an ask costs O(changed), not O(history).
-        # Read from the state at the first ask (None until then), without building the trials a snapshot holds
-        # (see tuner_records). The list handed to the tuner is kept too (a record replaced in place, a new trial
-        # appended), as one History lineage while the parameter sets already in it stay where they are; the
-        # tuner gets a view of it (no copy), and the list is copied before a record is replaced while a view
-        # handed out still lives (a tuner that keeps one, or runs in a thread meanwhile, sees it unchanged).
-        self._trial_records: dict[str, TrialRecord | None] | None = None
-        self._stale_records: dict[str, None] = {}
-        self._imported_records: list[TrialRecord] | None = None
+        # the tuner's history, kept per trial and rebuilt only for the trials an event touched (the read side's, see
+        # nnix.query.history): read from the state at the first ask, a chunk per loop turn (see _read_records)
+        self._tuner_history: TunerHistoryKeeper = reader.history(self.state, self._usable_imports)
         # the imported results a tuner can use, read from state.imported[:_imports_read] (a record that cannot be
         # used, stored before imports were checked, is left out with a warning: see _usable_imports)
         self._imports: list[TrialRecord] = []
         self._imports_read = 0
-        self._history_list: list[TrialRecord] = []
-        self._history_at: dict[str, int] = {}  # trial id -> its record's index in _history_list
-        self._lineage = object()
-        self._replaced = ReplacedLog()  # where _history_list had a record replaced, this lineage (see History)
-        self._views: list[weakref.ref[History]] = []  # the views of _history_list handed out
-        self._reading_records = False  # the first read of every trial's record is under way (see _read_records)
         self._asked = False  # the tuner was asked once (its first ask catches up with the whole history)
         # The first read of the history runs beside the loop (a task started by run(), see _load_history): a resumed
         # manager serves REST meanwhile, and asks the tuner and starts trials only once it is whole. ``history_after``
@@ -216,10 +216,9 @@ class ExperimentManager:
             self.state.apply(stored)
             trial_id = getattr(stored.event, "trial_id", None)
             if trial_id is not None:
-                if self._trial_records is not None or self._reading_records:
-                    self._stale_records[trial_id] = None
+                self._tuner_history.touched(trial_id)
             elif isinstance(stored.event, DataImported):
-                self._imported_records = None
+                self._tuner_history.imported()
         for listener in self._listeners:
             listener()
 
@@ -264,7 +263,7 @@ class ExperimentManager:
     def resuming(self) -> bool:
         """The tuner's history is still being read (a resumed manager of many trials): REST answers meanwhile,
         but no trial is asked for or started before it is whole."""
-        return self._trial_records is None and self._history_load is not None and not self._history_load.done()
+        return not self._tuner_history.whole and self._history_load is not None and not self._history_load.done()
 
     @property
     def waiting_reason(self) -> str:
@@ -527,7 +526,7 @@ class ExperimentManager:
         record = TrialRecord(t.parameter_id if t.parameter_id is not None else -1, t.params, t.status,
                              t.final_value, tuple(prefix), trial_id)
         view = self._history_view()  # every other record as the tuner sees them, then this one: made in O(1)
-        history = AssessedHistory(view, self._history_at.get(trial_id), record)
+        history = AssessedHistory(view, self._tuner_history.at.get(trial_id), record)
         try:
             decision = self.assessor.assess(AssessorContext(self.direction, history), record)
         except Exception as e:  # an assessor bug must not kill the experiment
@@ -607,55 +606,7 @@ class ExperimentManager:
     def _history(self) -> list[TrialRecord]:
         """Imported results first (negative parameter ids), then one record per trial with a parameter id,
         in the order the trials were created. The manager's own list: callers copy it, never change it."""
-        rebuild = self._imported_records is None
-        if rebuild:
-            self._imported_records = self._usable_imports()
-        if self._trial_records is None:  # every trial, at once (see _read_records)
-            self._trial_records = dict(self.reader.tuner_records(self.state))
-            self._stale_records.clear()
-            rebuild = True
-        if self._stale_records:
-            trials, records = self.state.trials, self._trial_records
-            history, at = self._history_list, self._history_at
-            for trial_id in self._stale_records:  # in event order: a new trial is the state's newest
-                t = trials.get(trial_id)
-                new = None if t is None else self.reader.record_of(t)
-                known, old = trial_id in records, records.get(trial_id)
-                records[trial_id] = new
-                if rebuild:
-                    continue
-                i = at.get(trial_id)
-                if new is None:
-                    rebuild = i is not None  # a record gone
-                elif i is None:
-                    if known:  # a known trial got its record: its place is not the end
-                        rebuild = True
-                    else:
-                        at[trial_id] = len(history)
-                        history.append(new)
-                elif old is not None and old.parameter_id == new.parameter_id and (
-                        old.params is new.params or old.params == new.params):
-                    if self._views and any(view() is not None for view in self._views):
-                        history = self._history_list = list(history)  # (a view handed out stays as it was)
-                    self._views = []
-                    history[i] = new
-                    self._replaced.append(i)
-                    if self._replaced.kept() > 2 * len(history) + 4096:  # (bounded: a tuner behind reads it all)
-                        self._replaced.trim(len(history) + 2048)
-                else:
-                    rebuild = True
-            self._stale_records.clear()
-        if rebuild:  # imported results arrived, or a trial's parameters changed: a new lineage
-            assert self._imported_records is not None
-            self._history_list = list(self._imported_records)
-            self._history_at = {}
-            for trial_id, record in self._trial_records.items():
-                if record is not None:
-                    self._history_at[trial_id] = len(self._history_list)
-                    self._history_list.append(record)
-            self._lineage, self._replaced = object(), ReplacedLog()
-            self._views = []
-        return self._history_list
+        return self._tuner_history.records_list()
 
     def _usable_imports(self) -> list[TrialRecord]:
         """The imported results, as tuner records (parameter id -1 for the first import record, -2 ...), read on
@@ -682,32 +633,12 @@ class ExperimentManager:
         return self._imports
 
     def _history_view(self) -> History:
-        """The history as handed to the tuner: a view of the manager's list (O(1), see __init__)."""
-        history = self._history()
-        view = History.view(history, self._lineage, self._replaced)
-        self._views = [ref for ref in self._views if ref() is not None]
-        self._views.append(weakref.ref(view))
-        return view
+        """The history as handed to the tuner: a view of the manager's list (O(1), see nnix.query.history)."""
+        return self._tuner_history.view()
 
     async def _read_records(self) -> None:
-        """The first read of every trial's record (see tuner_records), a chunk per loop turn: a resumed manager of
-        100k trials answers REST meanwhile. The trials an event touches meanwhile are noted (and read again by
-        :meth:`_history`); where :meth:`_history` read them all itself meanwhile, this read is dropped."""
-        if self._trial_records is not None:
-            return
-        self._reading_records = True
-        try:
-            got: dict[str, TrialRecord | None] = {}
-            them = self.reader.tuner_records(self.state)
-            while chunk := list(islice(them, self.reader.history_chunk)):
-                got.update(chunk)
-                await asyncio.sleep(0)
-                if self._trial_records is not None:
-                    return
-            self._trial_records = got
-            self._imported_records = None  # (the list is made anew)
-        finally:
-            self._reading_records = False
+        """The first read of every trial's record, a chunk per loop turn (see nnix.query.history)."""
+        await self._tuner_history.read()
 
     async def _load_history(self) -> None:
         """The first read of the history (run()'s task), after ``history_after``; the loop is woken when done."""
@@ -727,9 +658,9 @@ class ExperimentManager:
     def _history_ready(self) -> bool:
         """Whether the tuner's history is whole (asks and trial starts wait for it). Where its read ended without
         it (failed: the error is then the loop's), it is read here, at once."""
-        if self._trial_records is None and (self._history_load is None or self._history_load.done()):
+        if not self._tuner_history.whole and (self._history_load is None or self._history_load.done()):
             self._history()
-        return self._trial_records is not None
+        return self._tuner_history.whole
 
     async def _ask(self, n: int) -> list[dict[str, Any]]:
         await self._read_records()
@@ -920,7 +851,7 @@ class ExperimentManager:
         self.record(ManagerStarted(os.getpid(), action, port, host))
         clear_manager_error(self.exp_dir, self.state)  # the store takes writes again: the last halt's reason is history
         self._log_start(action, port, host)
-        if self._trial_records is None and self._history_load is None:
+        if not self._tuner_history.whole and self._history_load is None:
             self._history_load = asyncio.ensure_future(self._load_history())
         try:
             await self.service.start()

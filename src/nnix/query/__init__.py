@@ -20,6 +20,7 @@ from nnix.core.state import ExperimentState, Metric, TrialState
 from nnix.model.status import TrialStatus
 from nnix.model.trials import TrialRecord
 from nnix.query import snapshot as _snapshot
+from nnix.query.history import TunerHistory
 from nnix.query.jsonout import Parts, QueryError, dumps, dumps_exact, ms
 from nnix.store.base import Snapshot, Store
 
@@ -67,7 +68,7 @@ class StoreReader:
     """How the manager opens its state and keeps it (handed to :class:`nnix.core.manager.ExperimentManager` by the
     host): the state of a store, a snapshot of a state, the tuner's records of every trial."""
 
-    history_chunk = HISTORY_CHUNK
+    history_chunk = HISTORY_CHUNK  # trials whose tuner records the first read of a history takes per loop turn
 
     def load(self, store: Store) -> ExperimentState:
         return _snapshot.fold_store(store)
@@ -78,11 +79,9 @@ class StoreReader:
     def write(self, store: Store, state: ExperimentState) -> None:
         _snapshot.write_snapshot(store, state)
 
-    def tuner_records(self, state: ExperimentState) -> Iterator[tuple[str, TrialRecord | None]]:
-        return _snapshot.tuner_records(state)
-
-    def record_of(self, t: TrialState) -> TrialRecord | None:
-        return _snapshot.record_of(t)
+    def history(self, state: ExperimentState, imports: Callable[[], list[TrialRecord]]) -> TunerHistory:
+        """The tuner's history of ``state``, kept per trial (``imports``: the usable imported results)."""
+        return TunerHistory(state, imports, self.history_chunk)
 
 
 class Query:
