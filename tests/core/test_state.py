@@ -55,6 +55,23 @@ def test_fold_builds_trials_metrics_and_best() -> None:
     assert state.limits["trial_concurrency"] == 2
 
 
+def test_limits_are_typed_by_the_fold_and_a_bad_recorded_value_leaves_them() -> None:
+    """The fold reads the limits in once (a config without trial concurrency: 1 at a time; a bool is not a count), and
+    a recorded update that is not a value of its field (a foreign or older log) leaves the limit as it was, no crash;
+    the limits stay a plain dict (what the log, the snapshot and JSON readers hold)."""
+    config = {"trial_concurrency": None, "max_trial_number": True, "max_experiment_duration": 3600, "search_space": 7}
+    state = fold(_log((0.0, ExperimentCreated("e", config, 1)), (1.0, LimitsUpdated("trial_concurrency", 3))))
+    assert state.limits == {"trial_concurrency": 3, "max_trial_number": None, "max_experiment_duration": 3600,
+                            "search_space": None}
+    for field, value in (("trial_concurrency", "lots"), ("trial_concurrency", 0), ("max_trial_number", -1),
+                         ("max_experiment_duration", float("nan")), ("search_space", [1]), ("no_such_limit", 1)):
+        state.apply(Stored(9, 2.0, LimitsUpdated(field, value)))
+    assert state.limits == {"trial_concurrency": 3, "max_trial_number": None, "max_experiment_duration": 3600,
+                            "search_space": None}
+    state.apply(Stored(10, 3.0, LimitsUpdated("max_experiment_duration", None)))
+    assert state.limits["max_experiment_duration"] is None and type(state.limits) is dict
+
+
 def test_limits_updates_and_status_end_time() -> None:
     state = fold(_log(
         (0.0, ExperimentCreated("e", CONFIG, 1)),

@@ -146,13 +146,14 @@ def profile(manager: ExperimentManager) -> dict[str, Any]:
     except Exception:  # a config this version cannot read: show what is stored
         params = dict(st.config)
     limits = st.limits
-    params["trialConcurrency"] = limits.get("trial_concurrency")
-    for key, name in (("max_trial_number", "maxTrialNumber"), ("max_experiment_duration", "maxExperimentDuration")):
-        if limits.get(key) is None:
+    params["trialConcurrency"] = limits["trial_concurrency"]
+    max_n, max_d = limits["max_trial_number"], limits["max_experiment_duration"]
+    for name, value in (("maxTrialNumber", max_n), ("maxExperimentDuration", None if max_d is None else f"{max_d}s")):
+        if value is None:
             params.pop(name, None)
         else:
-            params[name] = limits[key] if key == "max_trial_number" else f"{limits[key]}s"
-    params["searchSpace"] = limits.get("search_space")
+            params[name] = value
+    params["searchSpace"] = limits["search_space"]
     prof: dict[str, Any] = {
         "params": params,
         "id": st.experiment_id,

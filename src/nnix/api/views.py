@@ -16,7 +16,7 @@ def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: boo
     """Everything in the overview but the clock; the totals are the state's (no trial summary is read)."""
     st = manager.state
     config = dict(views.config_json(st.config))
-    config["searchSpace"] = st.limits.get("search_space")
+    config["searchSpace"] = st.limits["search_space"]
     counts = {s.value: 0 for s in TrialStatus if s is not TrialStatus.UNKNOWN}
     tot = views.totals()  # kept by the fold: no trial is read for them
     for name, n in tot["counts"].items():
@@ -37,9 +37,9 @@ def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: boo
         "startTime": ms(st.created_at),
         "endTime": ms(st.end_time),
         "limits": {
-            "trialConcurrency": limits.get("trial_concurrency"),
-            "maxTrialNumber": limits.get("max_trial_number"),
-            "maxExperimentDuration": limits.get("max_experiment_duration"),
+            "trialConcurrency": limits["trial_concurrency"],
+            "maxTrialNumber": limits["max_trial_number"],
+            "maxExperimentDuration": limits["max_experiment_duration"],
             "maxTrialDuration": st.config.get("max_trial_duration"),
         },
         "counts": counts,
@@ -47,7 +47,7 @@ def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: boo
         "best": best,
         "direction": st.direction,
         "config": config,
-        "searchSpace": limits.get("search_space"),
+        "searchSpace": limits["search_space"],
         "metricKeys": list(metric_keys),
         "paramKeys": list(param_keys),
         "waitingReason": manager.waiting_reason,

@@ -311,7 +311,7 @@ class ExperimentManager:
             raise NnixError("the experiment is stopping or stopped: no trial can be added")
         if self.state.status is ExperimentStatus.ERROR:
             raise NnixError("the experiment is in ERROR: no trial can be added", "stop it, then resume it")
-        max_n = self.state.limits.get("max_trial_number")
+        max_n = self.state.limits["max_trial_number"]
         if max_n is not None and len(self.state.trials) >= max_n:
             raise NnixError(
                 f"maxTrialNumber ({max_n}) reached: no more trials can be added",
@@ -597,7 +597,7 @@ class ExperimentManager:
 
     # --- tuner -------------------------------------------------------------------------------
     def _search_space(self) -> SearchSpace:
-        raw = self.state.limits.get("search_space")
+        raw = self.state.limits["search_space"]
         if self._space is None or raw is not self._space_raw:
             self._space = SearchSpace.from_json(raw)
             self._space_raw = raw
@@ -680,10 +680,10 @@ class ExperimentManager:
 
     # --- scheduling --------------------------------------------------------------------------
     def _limit_reached(self) -> str | None:
-        max_n = self.state.limits.get("max_trial_number")
+        max_n = self.state.limits["max_trial_number"]
         if max_n is not None and len(self.state.trials) >= max_n:
             return f"maxTrialNumber ({max_n}) reached"
-        max_d = self.state.limits.get("max_experiment_duration")
+        max_d = self.state.limits["max_experiment_duration"]
         if max_d is not None and self.state.elapsed(self.clock()) >= max_d:
             return f"maxExperimentDuration ({max_d} s) reached"
         return None
@@ -694,8 +694,8 @@ class ExperimentManager:
         ):
             return
         active = len(self.state.active_trials)
-        n = int(self.state.limits.get("trial_concurrency") or 1) - active
-        max_n = self.state.limits.get("max_trial_number")
+        n = self.state.limits["trial_concurrency"] - active
+        max_n = self.state.limits["max_trial_number"]
         if max_n is not None:
             n = min(n, max_n - len(self.state.trials))
         if n <= 0:
@@ -761,7 +761,7 @@ class ExperimentManager:
         # RUNNING than trialConcurrency (a decrease kills nothing: the excess just ends on its own)
         active = self.state.active_trials  # (not every trial: an ended one a snapshot holds is not built)
         running = sum(1 for t in active if t.status is TrialStatus.RUNNING)
-        slots = int(self.state.limits.get("trial_concurrency") or 1) - running
+        slots = self.state.limits["trial_concurrency"] - running
         waiting = [t for t in active if t.status is TrialStatus.WAITING and t.cancel_reason is None]
         set_demand = getattr(self.service, "set_demand", None)
         if set_demand is not None:
@@ -838,7 +838,7 @@ class ExperimentManager:
         timeout = self._heartbeat
         if trial_deadline is not None:
             timeout = min(timeout, trial_deadline)
-        max_d = self.state.limits.get("max_experiment_duration")
+        max_d = self.state.limits["max_experiment_duration"]
         if max_d is not None and self.state.status is ExperimentStatus.RUNNING:
             timeout = min(timeout, max(0.0, max_d - self.state.elapsed(self.clock())) + 0.01)
         if self._waiting_note:
@@ -963,9 +963,9 @@ class ExperimentManager:
 
         log.info("tuner %s (seed %d, %s); assessor %s", algo(cfg.get("tuner")), st.seed, self.direction.value,
                  algo(cfg.get("assessor")))
-        limits = {"trialConcurrency": st.limits.get("trial_concurrency"),
-                  "maxTrialNumber": st.limits.get("max_trial_number"),
-                  "maxExperimentDuration": st.limits.get("max_experiment_duration"),
+        limits = {"trialConcurrency": st.limits["trial_concurrency"],
+                  "maxTrialNumber": st.limits["max_trial_number"],
+                  "maxExperimentDuration": st.limits["max_experiment_duration"],
                   "maxTrialDuration": cfg.get("max_trial_duration")}
         log.info("limits: %s; %d trials so far", ", ".join(f"{k} {v if v is not None else '-'}"
                                                           for k, v in limits.items()), len(st.trials))

@@ -6,10 +6,10 @@ import heapq
 import logging
 import math
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Any
+from typing import Any, TypedDict
 
 from nnix.model import events as ev
 from nnix.model.metrics import scalar_value
@@ -24,6 +24,52 @@ MAX_WARNINGS_KEPT = 20  # messages kept per trial (the count counts them all)
 # trials ending beyond it are dropped (a small experiment holds all of it, a 10M-metric one a bounded part)
 HOLD_ENDED_METRICS = 200_000
 LIMIT_FIELDS = ("trial_concurrency", "max_trial_number", "max_experiment_duration", "search_space")
+
+
+class Limits(TypedDict):
+    """The limits a running experiment can change (``nnictl update``), typed: as the validated config set them, then
+    each LimitsUpdated. A plain dict at run time (the log, the snapshot and JSON readers keep the plain form); the
+    fold is the one place that reads them in (:func:`limits_of`, :func:`set_limit`)."""
+
+    trial_concurrency: int  # >= 1
+    max_trial_number: int | None  # >= 1; None: no limit
+    max_experiment_duration: float | None  # seconds, > 0; None: no limit
+    search_space: dict[str, Any] | None  # as the config holds it (JSON)
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 1 else None
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        return None
+    return value
+
+
+def limits_of(raw: Mapping[str, Any]) -> Limits:
+    """The typed limits of ``raw`` (a validated config's dump, or a snapshot's plain limits): a value that does not
+    read as its field (an older or foreign log) is its default: 1 trial at a time, no limit, no search space."""
+    space = raw.get("search_space")
+    return Limits(trial_concurrency=_count(raw.get("trial_concurrency")) or 1,
+                  max_trial_number=_count(raw.get("max_trial_number")),
+                  max_experiment_duration=_seconds(raw.get("max_experiment_duration")),
+                  search_space=space if isinstance(space, dict) else None)
+
+
+def set_limit(limits: Limits, name: str, value: Any) -> None:
+    """``limits`` with field ``name`` set to ``value`` (a LimitsUpdated: checked before it was recorded); one that does
+    not read as its field leaves the limit as it was (said in the log), and an unknown name changes nothing."""
+    if name == "trial_concurrency" and (n := _count(value)) is not None:
+        limits["trial_concurrency"] = n
+    elif name == "max_trial_number" and (value is None or _count(value) is not None):
+        limits["max_trial_number"] = value
+    elif name == "max_experiment_duration" and (value is None or _seconds(value) is not None):
+        limits["max_experiment_duration"] = value
+    elif name == "search_space" and (value is None or isinstance(value, dict)):
+        limits["search_space"] = value
+    else:
+        log.warning("a recorded update of %s to %r is not a value it takes: left as it was", name, value)
 
 
 @dataclass(slots=True)
@@ -153,7 +199,7 @@ class ExperimentState:
     errors: list[str] = field(default_factory=list)
     created_at: float | None = None
     end_time: float | None = None
-    limits: dict[str, Any] = field(default_factory=dict)
+    limits: Limits = field(default_factory=lambda: limits_of({}))
     trials: dict[str, TrialState] = field(default_factory=dict)
     # set (by fold_store) where a store can serve a trial's series by its index: an ended trial's series
     # is then dropped from memory and read on demand (100k trials x 100 results do not fit otherwise)
@@ -260,7 +306,7 @@ class ExperimentState:
         return [trials[ids[i]] for i in picked]
 
     def limit(self, name: str) -> Any:
-        return self.limits.get(name)
+        return self.limits.get(name)  # (any name: None where it is none of Limits)
 
     def overview_totals(self, rows: Callable[[], Iterable[tuple[str, Any, Any]]] | None = None) -> dict[str, Any]:
         """Trials by status, the best one, the final-result and parameter names seen: kept by the fold (and in the
@@ -346,7 +392,7 @@ class ExperimentState:
             self.seed = e.seed
             self.recorded_direction = e.direction
             self.created_at = ts
-            self.limits = {k: e.config.get(k) for k in LIMIT_FIELDS}
+            self.limits = limits_of(e.config)
         elif isinstance(e, ev.ManagerStarted):
             self._close_session()
             self.manager_pid, self.manager_port, self.manager_host = e.pid, e.port, e.host
@@ -359,7 +405,7 @@ class ExperimentState:
         elif isinstance(e, ev.StatusChanged):
             self._set_status(e.status, e.message, ts)
         elif isinstance(e, ev.LimitsUpdated):
-            self.limits[e.field] = e.value
+            set_limit(self.limits, e.field, e.value)
         elif isinstance(e, ev.TrialCreated):
             self.trials[e.trial_id] = self.live[e.trial_id] = TrialState(
                 trial_id=e.trial_id,

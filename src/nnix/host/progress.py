@@ -82,7 +82,7 @@ def progress_line(state: ExperimentState, now: float | None, width: int | None, 
     ]
     best = state.best_trial()
     value = f"{best.final_value:.6g}" if best is not None and best.final_value is not None else None
-    max_n = state.limits.get("max_trial_number")
+    max_n = state.limits["max_trial_number"]
     total = f"{len(state.trials)}/{max_n}" if max_n else str(len(state.trials))
     elapsed = _elapsed(state.elapsed(now))
     status = status or state.status.value

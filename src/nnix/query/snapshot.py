@@ -23,6 +23,7 @@ from nnix.core.state import (
     ExperimentState,
     Metric,
     TrialState,
+    limits_of,
     series,
     totals_ok,
 )
@@ -663,6 +664,7 @@ def decode_snapshot(body: bytes, loader: Callable[[str], list[Metric]] | None, p
                          f"{len(values) / 8:.0f} values")
     state = ExperimentState(**{key: v for key, v in head.items() if key != "status"})
     state.status = ExperimentStatus(head["status"])
+    state.limits = limits_of(state.limits)  # (the plain form, as written: typed again)
     if not totals_ok(head.get("totals")):  # a snapshot older than them: counted when first asked for
         state.totals = None
     state.loader, state.trial_log = loader, trial_log
