@@ -313,14 +313,13 @@ def test_an_environment_submitted_but_not_yet_recorded_by_a_killed_manager_is_ta
         {"platform": "process", "port": port, "envs": {"e9-old": {"token": token, "handle": None, "single": False}}}))
     try:
         st = _run(exp_dir, launcher, action="resume")
+        assert st.status is ExperimentStatus.DONE, st.message
+        assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 2
+        assert {t.environment_id for t in st.trials.values()} == {"e9-old"}  # its agent ran them: taken over
+        assert len(launcher.launched) == 1  # no other environment was needed
+        wait_until(lambda: not _alive(launcher), 30, "the taken-over environment to be stopped with the experiment")
+        record = json.loads((exp_dir / "cluster.json").read_text())
+        assert (record["platform"], record["envs"], record["left"]) == ("process", {}, False)  # nothing left
     finally:  # (a failure must not leave its agent retrying for a day)
-        stray = [h for h in _alive(launcher) if h == launcher.named["e9-old"]]
-        if stray and read_state(exp_dir).status is not ExperimentStatus.DONE:
-            launcher.kill(stray[0], "test failed")
-    assert st.status is ExperimentStatus.DONE, st.message
-    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 2
-    assert {t.environment_id for t in st.trials.values()} == {"e9-old"}  # its agent ran them: taken over
-    assert len(launcher.launched) == 1  # no other environment was needed
-    wait_until(lambda: not _alive(launcher), 30, "the taken-over environment to be stopped with the experiment")
-    record = json.loads((exp_dir / "cluster.json").read_text())
-    assert (record["platform"], record["envs"], record["left"]) == ("process", {}, False)  # nothing left
+        for handle in _alive(launcher):
+            launcher.kill(handle, "the test is over")
