@@ -183,3 +183,68 @@ def test_delete_after_the_manager_died_kills_its_local_trials(tmp_path: Path) ->
     assert f"deleted {exp_id}; local: killed 2 trial(s)" in res.stdout, res.stdout
     wait_until(lambda: not any(pid_alive(p) for p in pids.values()), 10, "the trials' processes to be gone")
     assert not exp_dir.exists()
+
+
+_HOLDER = ("import sys\nfrom pathlib import Path\nfrom nnix.home import ManagerLock\n"
+           "lock = ManagerLock.acquire(Path(sys.argv[1]), 'x', 'resume')\n"
+           "print('held', flush=True)\nsys.stdin.read()\n")
+
+
+def test_stop_and_delete_never_end_the_work_of_a_manager_that_holds_the_experiment(tmp_path: Path) -> None:
+    """A manager that took the experiment after `stop`/`delete` looked (its lock held, the store not yet saying
+    so): nothing is ended, marked or removed; both say who holds it."""
+    from nnix.errors import ExperimentBusyError
+    from nnix.model.events import StatusChanged
+    from nnix.model.status import ExperimentStatus
+    from nnix.store.sqlite import SqliteStore
+
+    exp_id, exp_dir = make_experiment(tmp_path, searchSpace=UNIT, trialCommand="true")
+    store = SqliteStore(exp_dir / "db" / "nnix.sqlite")
+    try:
+        store.append([StatusChanged(ExperimentStatus.RUNNING)])  # as a killed manager leaves it
+    finally:
+        store.close()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(exp_dir)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        for act in (lambda: client.stop_experiment(exp_id),
+                    lambda: client.delete_experiment(exp_id, exp_dir)):
+            with pytest.raises(ExperimentBusyError, match=f"already has a manager.*pid {holder.pid}"):
+                act()
+        assert exp_dir.is_dir() and read_state(exp_dir).status is ExperimentStatus.RUNNING
+    finally:
+        holder.kill()
+        holder.wait(30)
+    assert "marked STOPPED" in client.stop_experiment(exp_id)
+
+
+def test_no_manager_starts_while_stop_ends_a_dead_managers_work(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """While `nnix stop` ends what a dead manager left (its engines' work, its trials), the experiment's lock is
+    held: a resume at that moment is refused with a clear message instead of adopting what is being ended."""
+    from nnix.model.events import StatusChanged
+    from nnix.model.status import ExperimentStatus
+    from nnix.store.sqlite import SqliteStore
+
+    exp_id, exp_dir = make_experiment(tmp_path, searchSpace=UNIT, trialCommand="true")
+    store = SqliteStore(exp_dir / "db" / "nnix.sqlite")
+    try:
+        store.append([StatusChanged(ExperimentStatus.RUNNING)])
+    finally:
+        store.close()
+    seen: list[str] = []
+
+    def a_resume_meanwhile(*args: Any, **kwargs: Any) -> str:
+        r = subprocess.run([sys.executable, "-c", "import sys\nfrom pathlib import Path\n"
+                            "from nnix.errors import ExperimentBusyError\nfrom nnix.home import ManagerLock\n"
+                            "try:\n    ManagerLock.acquire(Path(sys.argv[1]), sys.argv[2], 'resume')\n"
+                            "except ExperimentBusyError as e:\n    print(e)\n", str(exp_dir), exp_id],
+                           capture_output=True, text=True, timeout=60)
+        seen.append(r.stdout)
+        return ""
+
+    monkeypatch.setattr(client, "_stop_engines", a_resume_meanwhile)
+    assert "marked STOPPED" in client.stop_experiment(exp_id)
+    assert seen and f"experiment {exp_id} is busy: `nnix stop` works on it (pid " in seen[0], seen
+    assert "hint: try again once it has finished" in seen[0]

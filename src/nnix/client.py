@@ -4,18 +4,22 @@ Kept light: nothing here imports the manager, the web stack or a training servic
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from nnix.core.manager_error import manager_error_text, read_manager_error
-from nnix.errors import ManagerUnreachableError, NnixError
+from nnix.errors import ExperimentBusyError, ManagerUnreachableError, NnixError
 from nnix.home import (
     STORE_NAME,
     Entry,
+    LockHolder,
+    ManagerLock,
     Registry,
     busy_error,
     home,
@@ -118,22 +122,47 @@ def stop_experiment(exp_id: str, timeout: float = 60.0) -> str:
             time.sleep(0.01)
         if pid_alive(pid):
             raise NnixError(f"experiment {entry.id} did not stop within {timeout:.0f} s", f"kill -9 {pid}")
-        extra = _stop_engines(exp_dir, state.experiment_id, state.manager_action == "view")
+        with _owning(exp_dir, entry.id) as other:
+            extra = _stop_engines(exp_dir, state.experiment_id, state.manager_action == "view") if other is None \
+                else f"; a manager started on it again meanwhile (pid {other.pid}): its engine work is left to it"
         if state.status.is_active:
             return f"experiment {entry.id} stopped{extra}"
         port = f" on port {state.manager_port}" if state.manager_port else ""
         return f"experiment {entry.id} ({was}): its manager{port} stopped{extra}"
-    extra = _stop_engines(exp_dir, state.experiment_id, orphans)
-    if state.status.is_active:
-        error = read_manager_error(exp_dir)
-        why = manager_error_text(error) if error is not None else "the manager was no longer running"
-        store = SqliteStore(exp_dir / STORE_NAME, create=False)
-        try:
-            store.append([StatusChanged(ExperimentStatus.STOPPED, why)])
-        finally:
-            store.close()
-        return f"experiment {entry.id} was not running (its manager had died); marked STOPPED{extra}"
+    with _owning(exp_dir, entry.id) as other:  # no resume starts while a dead manager's work is ended
+        if other is not None:
+            raise busy_error(entry.id, other)  # (a manager that started after the look above: stop that one)
+        extra = _stop_engines(exp_dir, state.experiment_id, orphans)
+        if state.status.is_active:
+            error = read_manager_error(exp_dir)
+            why = manager_error_text(error) if error is not None else "the manager was no longer running"
+            store = SqliteStore(exp_dir / STORE_NAME, create=False)
+            try:
+                store.append([StatusChanged(ExperimentStatus.STOPPED, why)])
+            finally:
+                store.close()
+            return f"experiment {entry.id} was not running (its manager had died); marked STOPPED{extra}"
     return f"experiment {entry.id} is not running ({state.status.value}; no manager serves it){extra}"
+
+
+@contextlib.contextmanager
+def _owning(exp_dir: Path, exp_id: str, action: str = "stop") -> Iterator[LockHolder | None]:
+    """Hold the experiment's manager lock while `stop` / `experiment delete` end what a dead manager left, so that
+    no manager starts on it meanwhile (a resume would adopt environments being ended, or find its directory gone).
+    Yields None while held, or the holder where another process has it. A directory where no lock file can be made
+    (read-only, vanished) has no manager either: the work goes on without it."""
+    try:
+        lock = ManagerLock.acquire(exp_dir, exp_id, action)
+    except ExperimentBusyError:
+        yield read_lock_holder(exp_dir) or LockHolder()
+        return
+    except NnixError:
+        yield None
+        return
+    try:
+        yield None
+    finally:
+        lock.release()
 
 
 RAY_HEAD_RECORD = "ray-head.json"  # nnix.services.rayhead.RECORD (a test checks): without it, no import of rayhead
@@ -144,13 +173,9 @@ def _stop_engines(exp_dir: Path, experiment_id: str, orphans: bool = True) -> st
     """What an experiment keeps running outside its manager for a resume, ended: its private Ray head (with the
     actors, agents and trials in it), its environments on every engine its records name (nnix.services.reclaim),
     its local trials; the trials the store shows RUNNING (looked for where ``orphans``) are then recorded
-    USER_CANCELED. What was done, as a suffix of the CLI's message. Called only once no manager runs it. (Without a
-    record of a head or an engine, no engine module is imported: `nnix stop` stays quick.)"""
-    from nnix.home import read_lock_holder
-
-    holder = read_lock_holder(exp_dir)
-    if holder is not None:  # a manager took the experiment meanwhile (a resume): its work is its own
-        return f"; a manager (pid {holder.pid}) runs it again: its engine work is left to it"
+    USER_CANCELED. What was done, as a suffix of the CLI's message. Called only once no manager runs it, holding the
+    experiment's manager lock (:func:`_owning`). (Without a record of a head or an engine, no engine module is
+    imported: `nnix stop` stays quick.)"""
     done: list[str] = []
     if (exp_dir / RAY_HEAD_RECORD).exists():
         from nnix.services.rayhead import stop_recorded
@@ -426,9 +451,12 @@ def delete_experiment(exp_id: str, exp_dir: Path) -> str:
     pods, agents, trials, a private Ray head), then its directory and registry entry. What was ended, as a suffix."""
     import shutil
 
-    ended = end_engine_work(exp_dir, exp_id) if exp_dir.is_dir() else ""
-    shutil.rmtree(exp_dir, ignore_errors=True)
-    Registry().remove(exp_id)
+    with _owning(exp_dir, exp_id, "delete") as other:
+        if other is not None:
+            raise busy_error(exp_id, other)
+        ended = end_engine_work(exp_dir, exp_id) if exp_dir.is_dir() else ""
+        shutil.rmtree(exp_dir, ignore_errors=True)
+        Registry().remove(exp_id)
     return ended
 
 

@@ -207,8 +207,17 @@ class ManagerLock:
         self.release()
 
 
+MANAGER_ACTIONS = ("create", "resume", "view")  # what a manager holds the lock for (stop/delete/load hold it briefly)
+
+
 def busy_error(exp_id: str, holder: LockHolder) -> ExperimentBusyError:
-    """The error for a start that found the experiment owned by another manager."""
+    """The error for a start that found the experiment owned by another manager (or, for a moment, by a `stop`,
+    `experiment delete` or `experiment load` ending what a dead manager left, or replacing it)."""
+    if holder.action and holder.action not in MANAGER_ACTIONS:
+        return ExperimentBusyError(
+            f"experiment {exp_id} is busy: `nnix {'experiment ' if holder.action != 'stop' else ''}{holder.action}` "
+            f"works on it" + (f" (pid {holder.pid})" if holder.pid else ""),
+            "try again once it has finished")
     return ExperimentBusyError(
         f"experiment {exp_id} already has a manager: {holder.describe()}",
         f"only one manager runs an experiment; stop that one first (nnix stop {exp_id})"
