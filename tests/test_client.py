@@ -208,10 +208,10 @@ def test_stop_and_delete_never_end_the_work_of_a_manager_that_holds_the_experime
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        for act in (lambda: client.stop_experiment(exp_id),
-                    lambda: client.delete_experiment(exp_id, exp_dir)):
-            with pytest.raises(ExperimentBusyError, match=f"already has a manager.*pid {holder.pid}"):
-                act()
+        with pytest.raises(ExperimentBusyError, match=f"already has a manager.*pid {holder.pid}"):
+            client.stop_experiment(exp_id)
+        with pytest.raises(ExperimentBusyError, match=f"already has a manager.*pid {holder.pid}"):
+            client.delete_experiment(exp_id, exp_dir)
         assert exp_dir.is_dir() and read_state(exp_dir).status is ExperimentStatus.RUNNING
     finally:
         holder.kill()
