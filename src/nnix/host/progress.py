@@ -9,7 +9,6 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,8 @@ class RunOutcome:
             return EXIT_ERROR
         if st in (ExperimentStatus.STOPPED, ExperimentStatus.STOPPING):
             return EXIT_INTERRUPTED if self.stop_signal == signal.SIGINT else EXIT_STOPPED
-        if self.state.trials and not self.state.count(TrialStatus.SUCCEEDED):
+        q = Query(self.state)
+        if len(q) and not q.count(TrialStatus.SUCCEEDED):
             return EXIT_NO_SUCCESS
         return EXIT_OK
 
@@ -72,18 +72,19 @@ def progress_line(state: ExperimentState, now: float | None, width: int | None, 
     (the last column is left free so that no terminal wraps it), cut with an ellipsis as a last resort.
     ``status`` and ``left``: see :func:`summary_line`."""
     was = "left " if left else ""
+    q = Query(state)
     counts = [
-        (state.count(TrialStatus.SUCCEEDED), "succeeded", "ok"),
-        (state.count(TrialStatus.RUNNING), f"{was}running", f"{was}run"),
-        (state.count(TrialStatus.WAITING), f"{was}waiting", f"{was}wait"),
-        (state.count(TrialStatus.FAILED), "failed", "fail"),
-        (state.count(TrialStatus.EARLY_STOPPED, TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED), "stopped",
+        (q.count(TrialStatus.SUCCEEDED), "succeeded", "ok"),
+        (q.count(TrialStatus.RUNNING), f"{was}running", f"{was}run"),
+        (q.count(TrialStatus.WAITING), f"{was}waiting", f"{was}wait"),
+        (q.count(TrialStatus.FAILED), "failed", "fail"),
+        (q.count(TrialStatus.EARLY_STOPPED, TrialStatus.USER_CANCELED, TrialStatus.SYS_CANCELED), "stopped",
          "stop"),
     ]
-    best = state.best_trial()
+    best = q.best()
     value = f"{best.final_value:.6g}" if best is not None and best.final_value is not None else None
     max_n = state.limits["max_trial_number"]
-    total = f"{len(state.trials)}/{max_n}" if max_n else str(len(state.trials))
+    total = f"{len(q)}/{max_n}" if max_n else str(len(q))
     elapsed = _elapsed(state.elapsed(now))
     status = status or state.status.value
     full = (
@@ -104,7 +105,7 @@ def progress_line(state: ExperimentState, now: float | None, width: int | None, 
         f"{status} {total}: " + " ".join(f"{n} {short}" for n, _, short in shown)
         + f" | best {value or '-'} | {elapsed}",
         f"{status} {total}: " + " ".join(f"{n} {short}" for n, _, short in shown) + f" | best {value or '-'}",
-        f"{status} {len(state.trials)}: " + " ".join(f"{n} {short}" for n, _, short in shown)
+        f"{status} {len(q)}: " + " ".join(f"{n} {short}" for n, _, short in shown)
         + f" | best {value or '-'}",
     ]
     for line in forms:
@@ -171,7 +172,7 @@ class Progress:
         for note in self.notes:
             print(note, flush=True)
         state = self.manager.state  # a resumed experiment: report only what happens now
-        self._watch, self._seen = list(state.live), len(state.trials)
+        self._watch, self._seen = list(state.live), len(Query(state))
         if sys.stdout.isatty():
             from rich.console import Console
             from rich.live import Live
@@ -212,12 +213,12 @@ class Progress:
     def _scan(self) -> None:
         """Report new failure reasons and a new ERROR reason."""
         state = self.manager.state
-        trials = state.trials
-        new = list(islice(trials, self._seen, None))  # (in creation order: the dict's)
-        look, self._watch, self._seen = self._watch + new, list(state.live), len(trials)
+        q = Query(state)
+        new = q.ids(self._seen)  # (in creation order)
+        look, self._watch, self._seen = self._watch + new, list(state.live), len(q)
         for tid in look:
-            t = trials[tid]
-            if not t.status.is_terminal or t.status not in REPORTED:
+            t = q.trial(tid)
+            if t is None or not t.status.is_terminal or t.status not in REPORTED:
                 continue
             reason = t.message or f"{t.status.value} (no reason recorded)"
             n = self._reasons.get(reason, 0) + 1
@@ -231,7 +232,7 @@ class Progress:
                     self._emit(f"  its output: nnix log trial {self.exp_id} -T {t.trial_id}")
         if state.status is ExperimentStatus.ERROR and state.message and state.message != self._error_shown:
             self._error_shown = state.message
-            running = state.count(TrialStatus.RUNNING)
+            running = Query(state).count(TrialStatus.RUNNING)
             then = "it starts no more trials" + (
                 f"; waiting for {running} running trial(s) to end (Ctrl-C stops them)" if running else "")
             if state.message in self._reasons:
@@ -287,7 +288,7 @@ class Progress:
 
 def any_started(state: ExperimentState) -> bool:
     """Whether a trial of the experiment ever started (has output to show)."""
-    if state.count(TrialStatus.SUCCEEDED, TrialStatus.RUNNING, TrialStatus.EARLY_STOPPED):
+    if Query(state).count(TrialStatus.SUCCEEDED, TrialStatus.RUNNING, TrialStatus.EARLY_STOPPED):
         return True  # (only a started trial gets these statuses: no trial is looked at)
     return any(t.output_dir for t in Query(state).trials(series=False))
 
@@ -306,11 +307,12 @@ def failure_report(state: ExperimentState, top: int = 3) -> list[str]:
 def summary_lines(outcome: RunOutcome, exp_dir: Path) -> list[str]:
     st = outcome.state
     eid = st.experiment_id
-    counts = {s: n for s in TrialStatus if (n := st.count(s))}
+    q = Query(st)
+    counts = {s: n for s in TrialStatus if (n := q.count(s))}
     out = [f"--- experiment {eid} ---"]
-    out.append(f"trials:   {len(st.trials)} in {_elapsed(st.elapsed())}"
+    out.append(f"trials:   {len(q)} in {_elapsed(st.elapsed())}"
                + (": " + ", ".join(f"{counts[s]} {s.value}" for s in counts) if counts else ""))
-    best = st.best_trial()
+    best = q.best()
     if best is not None and best.final_value is not None:
         out.append(f"best:     {best.final_value:.6g} ({st.direction}), trial {best.trial_id} (#{best.sequence_id}): "
                    f"{json.dumps(best.params)}")

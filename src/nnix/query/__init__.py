@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from nnix.core.state import ExperimentState, Metric, TrialState
 from nnix.model.status import TrialStatus
 from nnix.model.trials import TrialRecord
 from nnix.query import snapshot as _snapshot
-from nnix.query.history import TunerHistory
 from nnix.query.jsonout import Parts, QueryError, dumps, dumps_exact, ms
 from nnix.store.base import Snapshot, Store
 
 if TYPE_CHECKING:
+    from nnix.query.history import TunerHistory
     from nnix.query.summaries import (
         MAX_LIMIT,
         MetricScan,
@@ -81,6 +82,8 @@ class StoreReader:
 
     def history(self, state: ExperimentState, imports: Callable[[], list[TrialRecord]]) -> TunerHistory:
         """The tuner's history of ``state``, kept per trial (``imports``: the usable imported results)."""
+        from nnix.query.history import TunerHistory  # (asyncio: not for a CLI verb that only opens a state)
+
         return TunerHistory(state, imports, self.history_chunk)
 
 
@@ -109,9 +112,10 @@ class Query:
             return None
         return _snapshot.one_trial_or_known(self.state.trials, trial_id, {})
 
-    def ids(self) -> list[str]:
-        """Every trial id, in the order the trials were created."""
-        return list(self.state.trials)
+    def ids(self, start: int = 0) -> list[str]:
+        """The trial ids in the order the trials were created, from the ``start``-th on (none read)."""
+        trials = self.state.trials
+        return list(trials) if not start else list(islice(trials, start, None))
 
     def trials(self, series: bool = True) -> Iterator[TrialState]:
         """Every trial as listed now, in order, one at a time (``series=False``: a trial read from the snapshot comes
