@@ -140,7 +140,7 @@ def create_app(
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
     app.state.ctx = ctx
     inner: Any = TokenMiddleware(app, token) if token else app
-    hosts = HostPolicy(bind_host, configured_hosts(manager.config.get("allowed_hosts")))
+    hosts = HostPolicy(bind_host, configured_hosts(manager.settings.allowed_hosts))
     inner = SecurityMiddleware(inner, secret=secret, hosts=hosts)
     try:  # served from the manager's loop: build the trial summaries before the first page asks
         loop = asyncio.get_running_loop()

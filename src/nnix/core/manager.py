@@ -27,6 +27,7 @@ from nnix.agent.channel import REJECT_SAMPLE, metric_problem
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import AssessedHistory, Assessor, AssessorContext, Decision
+from nnix.config import AlgorithmConfig, ExperimentConfig
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
 from nnix.core.metrics import METRIC_CAP, cap_message, keep_line
 from nnix.core.state import ExperimentState, TrialState
@@ -153,6 +154,7 @@ class ExperimentManager:
         direction: Direction,
         service_factory: Callable[[Callable[[RunnerEvent], None]], TrainingService],
         reader: StateReader,
+        settings: ExperimentConfig,
         assessor: Assessor | None = None,
         clock: Callable[[], float] = time.time,
         heartbeat: float = 10.0,
@@ -165,6 +167,7 @@ class ExperimentManager:
         self.direction = direction
         self.clock = clock
         self.reader = reader
+        self.settings = settings  # the validated config (the log keeps its plain dump: ``config``)
         self.state: ExperimentState = reader.load(store)
         self._snapshot_seq, self._snapshot_at = self.state.snapshot_seq, clock()  # (0: the store has none)
         # the tuner's history, kept per trial and rebuilt only for the trials an event touched (the read side's, see
@@ -257,6 +260,7 @@ class ExperimentManager:
 
     @property
     def config(self) -> dict[str, Any]:
+        """The config as the log keeps it (its plain dump: what REST shows); typed: :attr:`settings`."""
         return self.state.config
 
     @property
@@ -338,7 +342,7 @@ class ExperimentManager:
     @property
     def allow_nan(self) -> bool:
         """``nanPolicy: allow``: NaN and infinite results are recorded (as no value for the tuner)."""
-        return self.config.get("nan_policy") == "allow"
+        return self.settings.nan_policy == "allow"
 
     def request_stop(self) -> None:
         if not self._stop_requested:
@@ -561,12 +565,12 @@ class ExperimentManager:
         """Why nnix stopped a trial, in words (its TrialEnded message)."""
         reason = t.cancel_reason
         if reason is CancelReason.EARLY_STOP:
-            assessor = (self.config.get("assessor") or {})
-            name = assessor.get("name") or assessor.get("class_name") or "the assessor"
+            assessor = self.settings.assessor
+            name = (assessor.name or assessor.class_name if assessor is not None else None) or "the assessor"
             return f"early stopped by the assessor ({name}) after {t.n_inter} intermediate results"
         if reason is CancelReason.MAX_TRIAL_DURATION:
-            max_d = self.config.get("max_trial_duration")
-            limit = f"{max_d:g} s" if isinstance(max_d, (int, float)) else str(max_d)
+            max_d = self.settings.max_trial_duration
+            limit = "-" if max_d is None else f"{max_d:g} s"
             return f"stopped: it ran longer than maxTrialDuration ({limit})"
         if reason is CancelReason.EXPERIMENT_STOP:
             return "canceled: the experiment was stopped"
@@ -730,11 +734,11 @@ class ExperimentManager:
             self._tuner_exhausted = True
 
     def spec_for(self, t: TrialState) -> TrialSpec:
-        cfg = self.config
+        cfg = self.settings
         out = self.exp_dir / "environments" / "local-env" / "trials" / t.trial_id
         out.mkdir(parents=True, exist_ok=True)
-        command = str(cfg["trial_command"])
-        if cfg.get("trial_params_as_args") and isinstance(t.params, dict):
+        command = cfg.trial_command
+        if cfg.trial_params_as_args and isinstance(t.params, dict):
             command = f"{command} {params_as_args(t.params)}"
         # location-dependent variables (NNI_SYS_DIR, NNI_OUTPUT_DIR, NNI_CODE_DIR, PYTHONPATH with the
         # nni shim) are set by the agent that runs the trial, which knows where things are
@@ -743,7 +747,7 @@ class ExperimentManager:
             "NNI_EXP_ID": self.experiment_id,
             "NNI_TRIAL_JOB_ID": t.trial_id,
             "NNI_TRIAL_SEQ_ID": str(t.sequence_id),
-            "NNIX_NAN_POLICY": str(cfg.get("nan_policy") or "error"),
+            "NNIX_NAN_POLICY": cfg.nan_policy,
         }
         record = {
             "parameter_id": t.parameter_id,
@@ -751,7 +755,7 @@ class ExperimentManager:
             "parameters": t.params,
             "parameter_index": 0,
         }
-        return TrialSpec(t.trial_id, command, Path(cfg["trial_code_directory"]), out, record, env)
+        return TrialSpec(t.trial_id, command, Path(cfg.trial_code_directory), out, record, env)
 
     async def _launch_waiting(self) -> None:
         if self._stop_requested:
@@ -802,7 +806,7 @@ class ExperimentManager:
 
     def _enforce_trial_duration(self) -> float | None:
         """Cancel over-time trials; return seconds until the next deadline."""
-        max_d = self.config.get("max_trial_duration")
+        max_d = self.settings.max_trial_duration
         if not max_d:
             return None
         now = self.clock()
@@ -950,27 +954,27 @@ class ExperimentManager:
 
     def _log_start(self, action: str, port: int | None, host: str) -> None:
         """What this experiment is, in a few lines at the top of each manager session in manager.log."""
-        cfg, st = self.config, self.state
+        cfg, st = self.settings, self.state
         log.info("experiment %s: %s by manager pid %d, REST on %s:%s", self.experiment_id, action, os.getpid(), host,
                  port)
 
-        def algo(section: Any) -> str:
-            if not isinstance(section, dict):
+        def algo(section: AlgorithmConfig | None) -> str:
+            if section is None:
                 return "none"
-            name = section.get("name") or section.get("class_name") or "?"
-            args = section.get("class_args") or {}
-            return f"{name} {_short_json(args)}" if args else str(name)
+            name = section.name or section.class_name or "?"
+            args = section.class_args
+            return f"{name} {_short_json(args)}" if args else name
 
-        log.info("tuner %s (seed %d, %s); assessor %s", algo(cfg.get("tuner")), st.seed, self.direction.value,
-                 algo(cfg.get("assessor")))
+        log.info("tuner %s (seed %d, %s); assessor %s", algo(cfg.tuner), st.seed, self.direction.value,
+                 algo(cfg.assessor))
         limits = {"trialConcurrency": st.limits["trial_concurrency"],
                   "maxTrialNumber": st.limits["max_trial_number"],
                   "maxExperimentDuration": st.limits["max_experiment_duration"],
-                  "maxTrialDuration": cfg.get("max_trial_duration")}
+                  "maxTrialDuration": cfg.max_trial_duration}
         log.info("limits: %s; %d trials so far", ", ".join(f"{k} {v if v is not None else '-'}"
                                                           for k, v in limits.items()), len(st.trials))
         log.info("training service %s; trial command %r in %s", getattr(self.service, "platform", "?"),
-                 cfg.get("trial_command"), cfg.get("trial_code_directory"))
+                 cfg.trial_command, str(cfg.trial_code_directory))
 
     async def view(self, port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:
         """Serve the experiment read-only (no tuner, no trials) until a stop is requested."""

@@ -164,6 +164,7 @@ def build_manager(
             config, ServiceContext(state.experiment_id, exp_dir), service_class=service_class, **service_options
         ),
         reader=StoreReader(),
+        settings=config,
         assessor=assessor,
         exit_when_done=exit_when_done,
     )

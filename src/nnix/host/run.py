@@ -151,7 +151,7 @@ def _run_locked(
     except BaseException:
         sock.close()
         raise
-    _setup_logging(exp_dir, str(manager.config.get("log_level", "info")))
+    _setup_logging(exp_dir, manager.settings.log_level)
     for change in loosened:
         logging.getLogger("nnix.manager").warning("permissions tightened (owner only): %s", change)
     Registry().update(entry.id, pid=os.getpid(), port=actual_port)
