@@ -58,10 +58,10 @@ from nnix.model.events import (
 from nnix.model.imported import record_problem, validate_import
 from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.model.trials import Direction, TrialRecord
-from nnix.services.base import TrainingService
+from nnix.services.base import TakesDemand, TrainingService
 from nnix.space import SearchSpace
 from nnix.store.base import Snapshot, Store
-from nnix.tuners.base import History, Tuner, TunerContext
+from nnix.tuners.base import Heavy, History, Tuner, TunerContext
 
 log = logging.getLogger("nnix.manager")
 
@@ -673,7 +673,7 @@ class ExperimentManager:
         first, self._asked = not self._asked, True
         # a tuner's first ask catches up with the whole history (a resumed Random counts 100k keys): in a thread
         # where that is long, so that the loop goes on serving (the history handed is a view that never changes)
-        if getattr(self.tuner, "heavy", False) or (first and len(ctx.history) >= THREAD_FIRST_ASK):
+        if (isinstance(self.tuner, Heavy) and self.tuner.heavy) or (first and len(ctx.history) >= THREAD_FIRST_ASK):
             proposed = (await asyncio.to_thread(self.tuner.suggest, ctx, ids))[:n]
         else:
             proposed = self.tuner.suggest(ctx, ids)[:n]
@@ -767,9 +767,8 @@ class ExperimentManager:
         running = sum(1 for t in active if t.status is TrialStatus.RUNNING)
         slots = self.state.limits["trial_concurrency"] - running
         waiting = [t for t in active if t.status is TrialStatus.WAITING and t.cancel_reason is None]
-        set_demand = getattr(self.service, "set_demand", None)
-        if set_demand is not None:
-            set_demand(max(0, min(len(waiting), slots)))
+        if isinstance(self.service, TakesDemand):
+            self.service.set_demand(max(0, min(len(waiting), slots)))
         for t in waiting:
             if slots <= 0:
                 return
@@ -973,7 +972,7 @@ class ExperimentManager:
                   "maxTrialDuration": cfg.max_trial_duration}
         log.info("limits: %s; %d trials so far", ", ".join(f"{k} {v if v is not None else '-'}"
                                                           for k, v in limits.items()), len(st.trials))
-        log.info("training service %s; trial command %r in %s", getattr(self.service, "platform", "?"),
+        log.info("training service %s; trial command %r in %s", self.service.platform,
                  cfg.trial_command, str(cfg.trial_code_directory))
 
     async def view(self, port: int | None = None, host: str = "127.0.0.1") -> ExperimentStatus:

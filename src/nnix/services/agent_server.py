@@ -11,8 +11,8 @@ Routes (JSON bodies, ``Authorization: Bearer <token of the environment>`` on eve
 * ``POST /agent/v1/<env>/messages`` — ``{"instance": id, "messages": [envelope, ...]}``, in seq order.
   Messages with a seq already applied for this instance are skipped (a batch re-sent after a lost answer
   is applied once). Answers ``{"acked": highest seq applied}`` once what they reported is recorded (the
-  handler's optional ``async committed()``: the manager's group commit), so an acknowledged metric survives a
-  kill -9 of the manager; 503 when it cannot be recorded (nothing of the batch is acknowledged).
+  handler's optional ``async committed()``, :class:`Commits`: the manager's group commit), so an acknowledged
+  metric survives a kill -9 of the manager; 503 when it cannot be recorded (nothing of the batch is acknowledged).
 * ``GET /agent/v1/<env>/commands?after=N&wait=S&instance=id`` — long poll: the commands with seq > N,
   at once if there are any, else as soon as one is queued or after ``S`` seconds (capped). ``after``
   confirms the commands up to N; they are then forgotten.
@@ -42,14 +42,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from nnix.agent.protocol import Hello, Message, ProtocolError, decode, encode, versions_compatible
 from nnix.errors import ServiceError
 from nnix.version import __version__
 
-__all__ = ["PREFIX", "AgentServer", "Endpoint", "EnvironmentHandler"]
+__all__ = ["PREFIX", "AgentServer", "Commits", "Endpoint", "EnvironmentHandler"]
 
 PREFIX = "/agent/v1/"
 MAX_BODY = 32 * 1024 * 1024
@@ -69,6 +69,14 @@ class EnvironmentHandler(Protocol):
     def on_message(self, environment_id: str, message: Message) -> None: ...
 
     def on_refused(self, environment_id: str, reason: str) -> None: ...
+
+
+@runtime_checkable
+class Commits(Protocol):
+    """The optional ability of an :class:`EnvironmentHandler` to say when what it was handed is recorded:
+    ``committed`` returns once it is (the server acknowledges messages only then)."""
+
+    async def committed(self) -> None: ...
 
 
 @dataclass
@@ -342,10 +350,9 @@ class AgentServer:
                 log.exception("handling %s from environment %s failed", type(message).__name__, ep.environment_id)
         # acknowledged only once recorded: the handler's ``committed`` (when it has one) returns when what these
         # messages reported is in the store, so an acknowledged metric survives a kill -9 of the manager
-        barrier = getattr(ep.handler, "committed", None)
-        if barrier is not None and ep.inbound_seq > before:
+        if isinstance(ep.handler, Commits) and ep.inbound_seq > before:
             try:
-                await barrier()
+                await ep.handler.committed()
             except Exception as e:
                 ep.inbound_seq = min(ep.inbound_seq, before)  # not acknowledged: applied again when re-sent
                 raise _HttpError(503, f"the manager could not record these messages: {e}") from e

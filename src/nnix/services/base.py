@@ -5,8 +5,8 @@ The manager hands a service :class:`~nnix.agent.runner.TrialSpec` objects and re
 
 Invariants (every service):
 
-* ``submit`` returns False, and changes nothing, when the trial cannot start *now* (no free
-  resources); it raises :class:`~nnix.errors.ServiceError` when it can *never* start.
+* ``submit`` returns None, and changes nothing, when the trial cannot start *now* (no free
+  resources; ``waiting_reason`` says why); it raises :class:`~nnix.errors.ServiceError` when it can *never* start.
 * A successful ``submit`` returns ``Started``; the service then emits any number of ``Metrics``
   and exactly one ``Exited`` for that trial, unless closed with ``kill_trials=False`` (the
   trials then keep running, for a later ``reattach``).
@@ -64,6 +64,14 @@ class Reclaims(Protocol):
                       trials: Sequence[LeftTrial]) -> list[str]: ...
 
 
+@runtime_checkable
+class TakesDemand(Protocol):
+    """The optional ability of a service to start environments ahead of time: the manager calls ``set_demand``
+    before each round of ``submit`` with the number of trials waiting (and allowed to start)."""
+
+    def set_demand(self, waiting: int) -> None: ...
+
+
 Emit = Callable[[RunnerEvent], None]
 """How a service hands the manager what its trials did."""
 
@@ -94,7 +102,11 @@ class Configured:
 
 
 class TrainingService(Protocol):
+    """A training service (the invariants are the module docstring's). Optional abilities are Protocols of their
+    own, checked with ``isinstance``: :class:`TakesDemand` (an instance), :class:`Reclaims` (the class)."""
+
     platform: str
+    """What trials see as ``NNI_PLATFORM`` and messages name it by (``local``, ``remote``, ``slurm``...)."""
 
     async def start(self) -> None: ...
 
@@ -110,9 +122,6 @@ class TrainingService(Protocol):
     ) -> None:
         """Resume watching a trial that an earlier manager started."""
         ...
-
-    # Optional: ``set_demand(waiting: int) -> None``, called before each round of ``submit`` with the
-    # number of trials waiting, for services that start environments ahead of time.
 
     def waiting_reason(self) -> str:
         """Why the last ``submit`` returned None, in words for the user."""

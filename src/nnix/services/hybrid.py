@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError, ServiceUnavailableError
-from nnix.services.base import Configured, Emit, ServiceContext, TrainingService
+from nnix.services.base import Configured, Emit, ServiceContext, TakesDemand, TrainingService
 
 if TYPE_CHECKING:
     from nnix.config import ExperimentConfig, HybridConfig
@@ -91,9 +91,8 @@ class HybridService(Configured):
     # --- trials --------------------------------------------------------------------------------
     def set_demand(self, waiting: int) -> None:
         for child in self.children:
-            hint = getattr(child, "set_demand", None)
-            if hint is not None:
-                hint(waiting)
+            if isinstance(child, TakesDemand):
+                child.set_demand(waiting)
 
     async def submit(self, spec: TrialSpec) -> Started | None:
         n = len(self.children)

@@ -13,7 +13,8 @@ Invariants every tuner keeps (checked by ``nnix.testing.tuners.TunerContract``):
   change its mind).
 * Running trials are in ``ctx.history`` (status RUNNING, no value): model-based tuners use them
   to avoid proposing near-duplicates (constant liar or equivalent).
-* A tuner with ``heavy = True`` is called in a worker thread so it never blocks the loop.
+* A tuner with ``heavy = True`` (the optional ability :class:`Heavy`) is called in a worker thread so it never
+  blocks the loop.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from nnix.model.metrics import scalar_value
 from nnix.model.trials import Direction, Params, TrialRecord
 
 __all__ = [
-    "ArgsTuner", "Direction", "History", "IgnoredModeArgs", "Params", "ReplacedLog", "TrialRecord", "Tuner",
+    "ArgsTuner", "Direction", "Heavy", "History", "IgnoredModeArgs", "Params", "ReplacedLog", "TrialRecord", "Tuner",
     "TunerArgs", "TunerContext", "rng_for", "scalar_value",
 ]
 
@@ -63,6 +64,14 @@ class Tuner(Protocol):
     def suggest(self, ctx: TunerContext, parameter_ids: Sequence[int]) -> list[Params]:
         """Propose up to ``len(parameter_ids)`` parameter sets, one per id, in order."""
         ...
+
+
+@runtime_checkable
+class Heavy(Protocol):
+    """The optional ability of a tuner (or assessor) to say how costly its calls are: ``heavy`` True, the manager
+    calls it in a worker thread (a class attribute, ``heavy: ClassVar[bool] = True``)."""
+
+    heavy: ClassVar[bool]
 
 
 class IgnoredModeArgs(TunerArgs):
