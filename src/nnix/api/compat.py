@@ -221,7 +221,7 @@ def add_customized(ctx: ApiContext, params: Any) -> int:
 
 
 def trial_or_404(ctx: ApiContext, tid: str) -> TrialState:
-    t = ctx.manager.state.trials.get(tid)
+    t = Query(ctx.manager.state).trial(tid)
     if t is None:
         raise ApiError(404, f"trial {tid} not found")
     return t

@@ -248,7 +248,8 @@ def routes(ctx: ApiContext) -> list[Route]:
     async def cancel_trial(request: Request) -> Response:
         tid = request.path_params["id"]
         canceled = kill(ctx, tid)
-        return JSON({"id": tid, "canceled": canceled, "status": m.state.trials[tid].status.value})
+        t = Query(m.state).trial(tid)
+        return JSON({"id": tid, "canceled": canceled, "status": None if t is None else t.status.value})
 
     @route.get("/intermediate")
     async def intermediate(request: Request) -> Response:
@@ -257,10 +258,11 @@ def routes(ctx: ApiContext) -> list[Route]:
         ids = request.query_params.get("trials")
         if ids:
             wanted = list(dict.fromkeys(i for i in ids.split(",") if i))
-            missing = [i for i in wanted if i not in m.state.trials]
+            q = Query(m.state)
+            missing = [i for i in wanted if i not in q]
             if missing:
                 raise ApiError(404, f"no trial {', '.join(missing[:5])}")
-            trials: Iterable[TrialState] = [m.state.trials[i] for i in wanted]
+            trials: Iterable[TrialState] = [t for i in wanted if (t := q.trial(i)) is not None]
         else:
             trials = Query(m.state).trials()  # (one at a time)
         def build(t: TrialState, _: Any) -> bytes | None:

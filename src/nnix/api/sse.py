@@ -20,7 +20,7 @@ from nnix.api.common import dumps, ms
 from nnix.api.views import overview
 from nnix.core.manager import ExperimentManager
 from nnix.model.events import Event, ManagerHeartbeat, MetricReported
-from nnix.query import TrialViews
+from nnix.query import Query, TrialViews
 
 log = logging.getLogger("nnix.api")
 
@@ -119,7 +119,8 @@ class EventHub:
                                 "value": e.value, "index": e.index, "ts": ms(s.ts)})
         if not interesting and stored:
             return frame("tick", dumps({"seq": self._last_seq, "experiment": self._overview()}), self._last_seq)
-        trials = [self.views.summary(state.trials[t]) for t in changed if t in state.trials]
+        q = Query(state)
+        trials = [self.views.summary(t) for tid in changed if (t := q.trial(tid)) is not None]
         body = {"seq": self._last_seq, "experiment": self._overview(), "trials": trials, "metrics": metrics}
         return frame("update", dumps(body), self._last_seq)
 

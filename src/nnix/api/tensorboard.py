@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from nnix.api.common import JSON, ApiContext, ApiError, RouteTable, read_json
 from nnix.home import trial_files_dir
+from nnix.query import Query
 
 log = logging.getLogger("nnix.api.tensorboard")
 
@@ -239,11 +240,11 @@ def routes(ctx: ApiContext, prefix: str) -> list[Route]:
     @route.post("/tensorboard")
     async def start(request: Request) -> Response:
         ids, port = _trial_ids(await read_json(request))
-        trials = ctx.manager.state.trials
-        missing = [i for i in ids if i not in trials]
+        q = Query(ctx.manager.state)
+        missing = [i for i in ids if i not in q]
         if missing:
             raise ApiError(404, f"no trial {', '.join(missing)}")
-        task = await boards.start([(i, trials[i].output_dir) for i in ids], port)
+        task = await boards.start([(i, t.output_dir) for i in ids if (t := q.trial(i)) is not None], port)
         return JSON(task.info())
 
     @route.get("/tensorboard/{id}")

@@ -8,7 +8,7 @@ from typing import Any
 from nnix.api.common import ms
 from nnix.core.manager import ExperimentManager
 from nnix.model.status import TrialStatus
-from nnix.query import TrialViews
+from nnix.query import Query, TrialViews
 from nnix.version import __version__
 
 
@@ -43,7 +43,7 @@ def _overview_base(manager: ExperimentManager, views: TrialViews, read_only: boo
             "maxTrialDuration": st.config.get("max_trial_duration"),
         },
         "counts": counts,
-        "total": len(st.trials),
+        "total": len(Query(st)),
         "best": best,
         "direction": st.direction,
         "config": config,
