@@ -9,7 +9,8 @@ from typing import Any
 
 from nnix.config import parse_config
 from nnix.services.base import Configured, ServiceContext
-from nnix.services.cluster import ClusterService
+from nnix.services.cluster import ClusterService, Engines
+from nnix.services.hosts import Machines
 from nnix.services.local import LocalService
 from nnix.services.remote import RemoteService
 from nnix.services.slurm import SlurmService
@@ -38,13 +39,15 @@ def test_options_come_from_the_config_and_the_caller_overrides_them(tmp_path: Pa
                                                                               "idleTimeout": 7}}, tmp_path).config,
                                      lambda _: None, ctx)
     assert isinstance(slurm, ClusterService) and slurm.launcher.kind == "slurm"
-    assert (slurm._engine_poll, slurm._idle_timeout) == (5.0, 7.0)  # Slurm's own poll interval, the config's idle
+    assert isinstance(slurm.placement, Engines)  # an engine places its environments
+    assert (slurm.placement._engine_poll, slurm.placement._idle_timeout) == (5.0, 7.0)  # Slurm's poll, config's idle
     fast = SlurmService.from_config(parse_config({**BASE, "trainingService": {"platform": "slurm"}}, tmp_path).config,
                                     lambda _: None, ctx, engine_poll_interval=0.1)
-    assert fast._engine_poll == 0.1
+    assert isinstance(fast.placement, Engines) and fast.placement._engine_poll == 0.1
     machine = {"host": "127.0.0.1", "user": "u", "password": "p"}
     remote = RemoteService.from_config(parse_config({**BASE, "trainingService": {
         "platform": "remote", "machineList": [machine], "lostHostPolicy": "requeue"}}, tmp_path).config,
         lambda _: None, ctx, connect_timeout=2.0)
-    assert remote._policy == "requeue" and remote.launcher._connect_timeout == 2.0
+    assert isinstance(remote.placement, Machines)  # SSH: a fixed list of machines
+    assert remote.placement._policy == "requeue" and remote.launcher._connect_timeout == 2.0
     assert remote.machines() == [("u@127.0.0.1:22", "connecting", "")]

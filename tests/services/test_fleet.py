@@ -36,7 +36,7 @@ class _Fleet(Fleet[_Env, _Trial]):
     def __init__(self, **options: Any) -> None:
         self.events: list[RunnerEvent] = []
         self.retired: list[str] = []
-        self._init_fleet(self.events.append, None, hosts=["a", "b"], lost_after=10.0, **options)
+        super().__init__(self.events.append, None, hosts=["a", "b"], lost_after=10.0, **options)
 
     def add(self, env_id: str, *, adopted: bool = False, host: str = "a") -> _Env:
         env = _Env(env_id, Endpoint(env_id, "token", self), single=False, adopted=adopted, host=host)

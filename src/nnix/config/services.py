@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, Union, get_args, runtime_checkable
 
 from pydantic import (
     AfterValidator,
@@ -100,10 +100,17 @@ class ServiceConfig(_Deferred):
         return []
 
 
+@runtime_checkable
+class CrossChecked(Protocol):
+    """The optional ability of a platform's config model (every :class:`ServiceConfig`; a plugin's model may lack
+    it) to check its fields against the experiment's ``trial_gpu_number``."""
+
+    def cross_check(self, trial_gpu_number: int | None) -> list[Problem]: ...
+
+
 def cross_check(service: BaseModel, trial_gpu_number: int | None) -> list[Problem]:
     """``service.cross_check(trial_gpu_number)``; a model without that method has no cross-field rules."""
-    check: Callable[[int | None], list[Problem]] | None = getattr(service, "cross_check", None)
-    return list(check(trial_gpu_number)) if callable(check) else []
+    return list(service.cross_check(trial_gpu_number)) if isinstance(service, CrossChecked) else []
 
 
 # --------------------------------------------------------------------------------------------------

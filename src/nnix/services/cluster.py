@@ -14,9 +14,12 @@ Each environment runs one trial at a time and gets the resources of one trial fr
 How many environments: never more than the trials waiting or running (the manager tells the service how many
 wait through :meth:`ClusterService.set_demand`), so an experiment near its end does not queue useless jobs.
 
-A launcher with a fixed list of machines (the optional capability :class:`~nnix.services.launcher.HostLauncher`:
-SSH) gets machines instead of environments on demand: connections kept up, one agent per machine (or per trial),
-agents replaced in place, lost hosts, GPU placement per machine, resume by adoption (:mod:`nnix.services.hosts`).
+Where agents run is the service's *placement*, a strategy object chosen once from the launcher's declared
+abilities: :class:`Engines` (this module: the engine starts and places environments on demand) or, for a launcher
+with a fixed list of machines (the optional capability :class:`~nnix.services.launcher.HostLauncher`: SSH),
+:class:`~nnix.services.hosts.Machines`: connections kept up, one agent per machine (or per trial), agents replaced in
+place, lost hosts, GPU placement per machine, resume by adoption. Both are a :class:`~nnix.services.fleet.Fleet`
+(the shared bookkeeping of agents and trials); :class:`ClusterService` holds one and hands it every call.
 The contract types (:class:`Launcher`, :class:`EnvRequest`, :class:`EnvStatus`) live in
 :mod:`nnix.services.launcher` and are re-exported here.
 """
@@ -28,25 +31,34 @@ import contextlib
 import ipaddress
 import json
 import logging
-import os
 import secrets
 import signal
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from nnix.agent.protocol import Heartbeat, Hello
 from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer
 from nnix.services.base import CapacityChanged, Configured, Emit, LeftTrial, ServiceContext
-from nnix.services.fleet import AgentOptions, StartFailed
+from nnix.services.fleet import RECORD, AgentOptions, Fleet, StartFailed, write_private
 from nnix.services.hosts import Env as _Env
-from nnix.services.hosts import Machines
+from nnix.services.hosts import Machine, Machines
 from nnix.services.hosts import Trial as _Trial
-from nnix.services.launcher import EnvRequest, EnvStatus, HostLauncher, Launcher, Reclaiming
+from nnix.services.launcher import (
+    Admits,
+    EnvRequest,
+    EnvStatus,
+    HostLauncher,
+    Launcher,
+    LostPolicy,
+    MultiTrial,
+    Reclaiming,
+    SharesFiles,
+)
 from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
@@ -54,7 +66,8 @@ if TYPE_CHECKING:
 
     from nnix.config import ExperimentConfig
 
-__all__ = ["RECORD", "ClusterService", "EnvRequest", "EnvStatus", "Launcher", "Reclaiming", "SharedStorageLayout"]
+__all__ = ["RECORD", "ClusterService", "Engines", "EnvRequest", "EnvStatus", "Launcher", "Placement", "Reclaiming",
+           "SharedStorageLayout"]
 
 log = logging.getLogger("nnix.services.cluster")
 
@@ -97,19 +110,6 @@ def _guess_host() -> str:
     return "127.0.0.1"
 
 
-RECORD = "cluster.json"
-"""The record a cluster service keeps in its experiment's directory (:meth:`ClusterService._save`)."""
-
-
-def _write_private(path: Path, data: dict[str, Any]) -> None:
-    """``data`` as JSON into ``path`` (mode 0600: it holds the agents' tokens), replaced at once."""
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -117,10 +117,9 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class ClusterService(Configured, Machines):
-    """A training service whose environments an engine starts (see the module docstring).
-
-    Subclasses set ``platform`` and implement ``make_launcher``; ``from_config`` does the rest.
+class Engines(Fleet[_Env, _Trial]):
+    """The placement of :class:`ClusterService` whose environments an engine starts and places (Slurm, Ray,
+    Kubernetes, OpenPAI; see the module docstring).
 
     Resume: the agent endpoint's port and each environment's token and engine handle are kept in
     ``<experiment dir>/cluster.json``. A resumed manager listens on the same port with the same tokens (a port
@@ -128,126 +127,61 @@ class ClusterService(Configured, Machines):
     the agents of the environments that kept running reconnect by themselves (they retry with backoff)
     and report the trials they still run; their metrics are neither lost nor duplicated (line indices).
     A trial whose environment ended meanwhile ends FAILED with the engine's reason.
-
-    A launcher with ``hosts`` (a fixed list of machines, :class:`~nnix.services.launcher.HostLauncher`) is driven
-    through :class:`~nnix.services.hosts.Machines` instead: ``start``, ``submit``, ``reattach``, ``close`` and the
-    fleet hooks of its environments go there; ``adopt_wait`` is how long a resume waits for the agents it found
-    to say hello; ``lost_timeout`` is the machines' ``lostHostTimeout``.
     """
-
-    platform = "cluster"
-    engine_poll_interval = 2.0
-    """Seconds between two engine polls (a service may say otherwise: how cheap its engine's answer is)."""
 
     def __init__(
         self,
+        platform: str,
         emit: Callable[[RunnerEvent], None],
-        *,
         launcher: Launcher,
+        *,
         context: ServiceContext | None,
-        reuse: bool = True,
-        idle_timeout: float = 60.0,
-        advertise_host: str | None = None,
-        trial_gpu_number: int | None = None,
-        max_environments: int | None = None,
-        lost_timeout: float = 60.0,
-        engine_poll_interval: float = 2.0,
-        end_grace: float = 3.0,
-        port: int = 0,
-        adopt_wait: float = 3.0,
+        mirror: OutputMirror | None,
+        stream_output: bool,
+        reuse: bool,
+        policy: Literal["fail", "requeue"],
+        idle_timeout: float,
+        advertise_host: str | None,
+        max_environments: int | None,
+        lost_after: float,
+        engine_poll_interval: float,
+        end_grace: float,
+        port: int,
         **agent: Unpack[AgentOptions],
     ) -> None:
+        self.platform = platform
+        # failed starts (environments that die before their agent connects, agents that do not start a trial
+        # in time) and when to give up: the policy shared with machines (nnix.services.health). The engine is
+        # one "host"; three failed starts in a row, or failing for lost_after, stop the experiment
+        super().__init__(emit, mirror, hosts=[platform], lost_after=lost_after, max_failures=3,
+                         noun=f"{platform} environment", context=context, stream_output=stream_output, **agent)
         self.launcher = launcher
-        self._context = context
         self._reuse = reuse
         self._idle_timeout = float(idle_timeout)
         self._advertise = advertise_host
-        self._trial_gpu_number = trial_gpu_number
         self._max_envs = max_environments
         self._engine_poll = float(engine_poll_interval)
         self._end_grace = float(end_grace)
-        self._shared = bool(getattr(launcher, "shares_files", True))
-        self._capacity = max(1, int(getattr(launcher, "capacity", 1))) if reuse else 1
-        self._policy: Literal["fail", "requeue"] = getattr(launcher, "lost_policy", "fail")
-        self._requeue_lost = self._policy == "requeue"
-        self._machines = []
-        hosts = getattr(launcher, "hosts", None)
-        if hosts is not None:  # a fixed list of machines (nnix.services.hosts): each has its own health
-            self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None and not self._shared
-                             else None, hosts=[h.label for h in hosts], lost_after=lost_timeout, **agent)
-            self._init_machines(cast(HostLauncher, launcher), trial_gpu_number, adopt_wait)
-        else:
-            # failed starts (environments that die before their agent connects, agents that do not start a trial
-            # in time) and when to give up: the policy shared with machines (nnix.services.health). The engine is
-            # one "host"; three failed starts in a row, or failing for lost_timeout, stop the experiment
-            self._init_fleet(emit, OutputMirror(context.experiment_dir) if context is not None and not self._shared
-                             else None, hosts=[self.platform], lost_after=lost_timeout, max_failures=3,
-                             noun=f"{self.platform} environment", **agent)
-        if self._shared:  # the manager reads trial files where they are: no copy streamed
-            self._agent_options = (*self._agent_options, "--no-output-stream")
+        self._capacity = max(1, launcher.capacity) if reuse and isinstance(launcher, MultiTrial) else 1
+        self._admits = launcher if isinstance(launcher, Admits) else None
+        self._requeue_lost = policy == "requeue"
         self._port = port
-        self._server: AgentServer | None = None
-        self._url = ""
         self._demand = 0
         self._fatal: ServiceError | None = None
         self._counter = 0
         self._settle_deadline = 0.0
-        self._settled = not self._machines  # engines: until start finds environments of an earlier manager
+        self._settled = True  # until start finds environments of an earlier manager
         self._monitor: asyncio.Task[None] | None = None
 
-    # --- construction --------------------------------------------------------------------------
-    @classmethod
-    def make_launcher(cls, config: ExperimentConfig, context: ServiceContext | None) -> Launcher:
-        raise NotImplementedError(f"{cls.__name__} does not say how to start its environments")
-
-    @classmethod
-    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
-                             options: dict[str, Any]) -> dict[str, Any]:
-        ts = config.training_service
-        launcher = options.pop("launcher", None) or cls.make_launcher(config, context)
-        return {"launcher": launcher, "context": context, "reuse": bool(getattr(ts, "reuse_mode", True)),
-                "idle_timeout": float(getattr(ts, "idle_timeout", 60)), "advertise_host": config.nni_manager_ip,
-                "trial_gpu_number": config.trial_gpu_number, "engine_poll_interval": cls.engine_poll_interval,
-                **options}
-
-    # --- state file (resume) -------------------------------------------------------------------
-    @property
-    def _state_path(self) -> Path | None:
-        return self._context.experiment_dir / RECORD if self._context is not None else None
-
-    def _save(self, left: bool = True) -> None:
-        """The record (``cluster.json``): the platform, the agent endpoint's port and every environment not known to
-        have ended, with its token and engine handle (None until the engine gave one: an environment is recorded
-        before it is submitted, so that a manager killed at any point leaves a record of it). ``left`` False: a
-        closing manager left nothing on the engine (``nnix stop`` then has nothing to cancel there)."""
-        path = self._state_path
-        if path is None or self._server is None:
-            return
-        envs = {e.env_id: {"token": e.endpoint.token, "handle": e.handle, "single": e.single}
-                for e in self._envs.values() if e.state != "ended" and e.machine is None}
-        data = {"platform": self.platform, "port": self._server.port, "url": self._url, "envs": envs,
-                "left": left or bool(envs)}
-        _write_private(path, data)
-
-    def _load(self) -> dict[str, Any]:
-        path = self._state_path
-        if path is None or not path.is_file():
-            return {}
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+    def _recorded_envs(self) -> dict[str, dict[str, Any]]:
+        """Every environment not known to have ended, with its token and engine handle (None until the engine gave
+        one: an environment is recorded before it is submitted, so that a manager killed at any point leaves a
+        record of it)."""
+        return {e.env_id: {"token": e.endpoint.token, "handle": e.handle, "single": e.single}
+                for e in self._envs.values() if e.state != "ended"}
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
-        if self._context is None:
-            raise ServiceError(f"the {self.platform} service needs its experiment's id and directory "
-                               "(a ServiceContext)")
-        if self._machines:
-            await self._start_on_machines()
-            self._save()  # the record says a manager ran here: `nnix stop` looks for agents it may leave behind
-            return
         await self.launcher.prepare()  # first: some engines learn the address environments reach us at
         advertise = self._advertise or self.launcher.advertise_host or _guess_host()
         bind = "127.0.0.1" if _is_loopback(advertise) else "0.0.0.0"  # agents authenticate by token
@@ -316,67 +250,7 @@ class ClusterService(Configured, Machines):
                 log.info("%s environment %s of the earlier manager found as %s", self.platform, env.env_id, handle)
             env.handle = handle
 
-    @classmethod
-    async def reclaim(cls, config: ExperimentConfig, context: ServiceContext,
-                      trials: Sequence[LeftTrial] = ()) -> list[str]:
-        """Without a manager (``nnix stop`` / ``nnix experiment delete`` of an experiment whose manager died): stop
-        every environment the experiment still has on its engine, found by the engine (names, labels) and in the
-        record; its trials end with it. Returns what was stopped, in words (one line per engine); the record is
-        then emptied (nnix.services.base.Reclaims)."""
-        path = context.experiment_dir / RECORD
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            record = {}
-        record = record if isinstance(record, dict) else {}
-        launcher = cls.make_launcher(config, context)
-        if not isinstance(launcher, Reclaiming):
-            return []
-        recorded = record.get("envs")
-        recorded = recorded if isinstance(recorded, dict) else {}
-        try:
-            await launcher.open_engine()
-            found = await launcher.environments()
-            handles = dict(found)
-            for env_id, info in recorded.items():
-                if isinstance(info, dict) and info.get("handle") and env_id not in handles:
-                    handles[str(env_id)] = str(info["handle"])
-            stopped, problems = [], []
-            for env_id, handle in sorted(handles.items()):
-                try:
-                    await launcher.stop(handle)
-                except Exception as e:
-                    problems.append(f"{handle}: {e}")
-                    continue
-                if env_id in found:
-                    stopped.append(handle)
-        finally:
-            with contextlib.suppress(Exception):
-                await launcher.close()
-        if not problems:
-            record.update(envs={}, left=False)
-            with contextlib.suppress(OSError):
-                _write_private(path, record)
-        out = []
-        if stopped:
-            out.append(f"{cls.platform}: cancelled {len(stopped)} environment(s) ({', '.join(stopped)})")
-        if problems:
-            out.append(f"{cls.platform}: could not cancel {'; '.join(problems)}")
-        return out
-
     async def close(self, kill_trials: bool) -> None:
-        if self._machines:
-            await self._close_machines(kill_trials)
-            # agents left running, or a machine out of reach whose agents may live on (a lost host's retry for a
-            # day): `nnix stop` (and `nnix platform clean`) end them
-            unreachable = [m.label for m in self._machines if m.state in ("down", "lost")]
-            if unreachable:
-                log.warning("agents of this experiment may be left on %s (not reachable now): `nnix stop %s` ends "
-                            "them once it is", ", ".join(unreachable),
-                            self._context.experiment_id if self._context is not None else "")
-            self._save(left=bool(unreachable) or any(not e.dead and (e.trials or not e.stopping)
-                                                     for e in self._envs.values()))
-            return
         self._closing = True
         if self._monitor is not None:
             self._monitor.cancel()
@@ -570,7 +444,7 @@ class ClusterService(Configured, Machines):
         """After a resume: trials whose environment never came back are over; strays in adopted environments
         are killed, and adopted environments with nothing left to run are stopped (nnix.services.fleet)."""
         self._settle_deadline = 0.0
-        for t in [] if self._machines else list(self._trials.values()):  # machines: a new agent attaches them
+        for t in list(self._trials.values()):
             if t.env is None and t.started is None:
                 self._forget_trial(t)
                 self._emit(Exited(t.trial_id, None, None, "",
@@ -581,26 +455,17 @@ class ClusterService(Configured, Machines):
     def _env_gone(self, env: _Env) -> bool:
         return env.state == "ended"
 
-    def _may_host(self, t: _Trial, env: _Env) -> bool:
-        return t.machine is env.machine  # engines: both None
-
     def _retire_idle(self, env: _Env) -> None:
-        if env.machine is not None:
-            self._shutdown(env, "taken over; nothing left to watch")
-            return
         self._spawn(self._stop_env(env, "taken over; nothing left to run"))
 
     def _greeted(self, env: _Env, hello: Hello) -> None:
-        if env.machine is not None:
-            self._machine_greeted(env, env.machine, hello)
-            return
         env.state, env.reason, env.resources = "ready", "", dict(hello.resources)
         if env.idle_since is None:
             env.idle_since = self._clock()
         self._health.ok(self.platform)
 
     def _hello_done(self, env: _Env, hello: Hello) -> None:
-        if not env.connected and env.machine is None:
+        if not env.connected:
             env.connected = True
             log.info("%s environment %s (%s) connected from %s", self.platform, env.env_id, env.handle,
                      hello.resources.get("hostname", "?"))
@@ -610,45 +475,30 @@ class ClusterService(Configured, Machines):
         """Killed by a signal nnix did not send: the engine may be ending the environment (time limit, scancel,
         preemption) and signals the trial with it; its reason is the one to show, so the exit waits for the
         engine's word (the next polls, see _check)."""
-        if env.stopping or env.machine is not None or not _by_signal(exited):
-            return False  # an agent on a machine reports its trial's own exit: nothing to wait for
+        if env.stopping or not _by_signal(exited):
+            return False
         t.held_at = self._clock()
         return True
 
     def _released(self, t: _Trial) -> None:
-        if t.machine is not None:
-            t.machine.gpus.release(t.trial_id)
-            return
-        release = getattr(self.launcher, "release", None)
-        if release is not None and t.placed is not None:  # admitted here (not a trial of an earlier manager)
-            release(t.trial_id)
+        if self._admits is not None and t.placed is not None:  # admitted here (not a trial of an earlier manager)
+            self._admits.release(t.trial_id)
 
     def _heartbeat(self, env: _Env, beat: Heartbeat) -> None:
-        if env.machine is not None:
-            self._machine_heartbeat(env.machine, beat)
-            return
         env.resources = dict(beat.resources)
 
     def _trial_left(self, t: _Trial, env: _Env) -> None:
-        if env.machine is not None:
-            self._machine_trial_left(env)
-            return
         if not env.trials:
             env.idle_since = self._clock()
         if env.single:
             env.stopping = True  # its agent exits by itself; the engine job ends with it
 
     def _refused(self, env: _Env, reason: str) -> None:
-        if env.machine is not None:
-            self._machine_refused(env, env.machine, reason)
-            return
         self._fatal = ServiceError(f"the nnix agent in {self.platform} environment {env.handle} was refused: "
                                    f"{reason}", "install the manager's nnix version in the environments")
 
     # --- the TrainingService protocol ----------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:
-        if self._machines:
-            return await self._submit_to_machine(spec)
         if self._fatal is not None:
             raise self._fatal
         free = [e for e in self._envs.values() if e.state == "ready" and self._free(e)]
@@ -669,10 +519,9 @@ class ClusterService(Configured, Machines):
                 self._reason = f"every {self.platform} environment is busy"
             return None
         placed = self.launcher.place(spec)
-        admit = getattr(self.launcher, "admit", None)
         chosen: tuple[_Env, TrialSpec] | None = None
         for env in sorted(free, key=lambda e: e.launched_at):  # the oldest first
-            admitted = placed if admit is None else admit(placed, env.handle, env.resources)
+            admitted = placed if self._admits is None else self._admits.admit(placed, env.handle or "", env.resources)
             if admitted is not None:
                 chosen = (env, admitted)
                 break
@@ -717,10 +566,193 @@ class ClusterService(Configured, Machines):
         self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int,
         gpus: tuple[int, ...] | None,
     ) -> None:
-        if self._machines:
-            self._reattach_on_machine(trial_id, output_dir, pid, pid_start, after_index, gpus)
-            return
         t = _Trial(trial_id, None, str(output_dir), last_index=after_index)
         self._adopt_trial(t)
         if t.env is None and not self._settle_deadline:
             self._settle_deadline = self._clock()
+
+
+class Placement(Protocol):
+    """Where a :class:`ClusterService`'s agents run, and everything that follows from it: :class:`Engines` (an engine
+    starts and places environments on demand) or :class:`~nnix.services.hosts.Machines` (a fixed list of machines).
+    The training-service calls, less ``platform``."""
+
+    async def start(self) -> None: ...
+
+    async def submit(self, spec: TrialSpec) -> Started | None: ...
+
+    async def cancel(self, trial_id: str) -> None: ...
+
+    async def reattach(self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None,
+                       after_index: int, gpus: tuple[int, ...] | None) -> None: ...
+
+    def set_demand(self, waiting: int) -> None: ...
+
+    def waiting_reason(self) -> str: ...
+
+    async def close(self, kill_trials: bool) -> None: ...
+
+
+@runtime_checkable
+class _Reusable(Protocol):
+    """A platform config with ``reuseMode`` (every platform of nnix but hybrid)."""
+
+    reuse_mode: bool
+
+
+@runtime_checkable
+class _Idles(Protocol):
+    """A platform config with ``idleTimeout`` (the engines': nnix.config.services.ClusterCommonConfig)."""
+
+    idle_timeout: float
+
+
+class ClusterService(Configured):
+    """A training service whose trials run in nnix agents that a :class:`Launcher` starts (see the module docstring).
+
+    Subclasses set ``platform`` and implement ``make_launcher``; ``from_config`` does the rest. What depends on the
+    launcher is its *placement* (:class:`Placement`), chosen once here: a launcher with a fixed list of machines
+    (:class:`~nnix.services.launcher.HostLauncher`: SSH) gets :class:`~nnix.services.hosts.Machines`
+    (``adopt_wait``: how long a resume waits for the agents it found to say hello; ``lost_timeout``: the machines'
+    ``lostHostTimeout``), every other launcher :class:`Engines` (``idle_timeout``, ``max_environments``,
+    ``engine_poll_interval``, ``end_grace``, ``port``).
+    """
+
+    platform = "cluster"
+    engine_poll_interval = 2.0
+    """Seconds between two engine polls (a service may say otherwise: how cheap its engine's answer is)."""
+
+    def __init__(
+        self,
+        emit: Callable[[RunnerEvent], None],
+        *,
+        launcher: Launcher,
+        context: ServiceContext | None,
+        reuse: bool = True,
+        idle_timeout: float = 60.0,
+        advertise_host: str | None = None,
+        trial_gpu_number: int | None = None,
+        max_environments: int | None = None,
+        lost_timeout: float = 60.0,
+        engine_poll_interval: float = 2.0,
+        end_grace: float = 3.0,
+        port: int = 0,
+        adopt_wait: float = 3.0,
+        **agent: Unpack[AgentOptions],
+    ) -> None:
+        self.launcher = launcher
+        self._context = context
+        shared = launcher.shares_files if isinstance(launcher, SharesFiles) else True
+        policy: Literal["fail", "requeue"] = launcher.lost_policy if isinstance(launcher, LostPolicy) else "fail"
+        mirror = OutputMirror(context.experiment_dir) if context is not None and not shared else None
+        self.placement: Placement
+        if isinstance(launcher, HostLauncher):  # a fixed list of machines (nnix.services.hosts): each has its health
+            self.placement = Machines(self.platform, emit, launcher, context=context, mirror=mirror,
+                                      stream_output=not shared, reuse=reuse, trial_gpu_number=trial_gpu_number,
+                                      policy=policy, lost_after=lost_timeout, adopt_wait=adopt_wait, **agent)
+        else:
+            self.placement = Engines(self.platform, emit, launcher, context=context, mirror=mirror,
+                                     stream_output=not shared, reuse=reuse, policy=policy, idle_timeout=idle_timeout,
+                                     advertise_host=advertise_host, max_environments=max_environments,
+                                     lost_after=lost_timeout, engine_poll_interval=engine_poll_interval,
+                                     end_grace=end_grace, port=port, **agent)
+
+    # --- construction --------------------------------------------------------------------------
+    @classmethod
+    def make_launcher(cls, config: ExperimentConfig, context: ServiceContext | None) -> Launcher:
+        raise NotImplementedError(f"{cls.__name__} does not say how to start its environments")
+
+    @classmethod
+    def _options_from_config(cls, config: ExperimentConfig, emit: Emit, context: ServiceContext | None,
+                             options: dict[str, Any]) -> dict[str, Any]:
+        ts = config.training_service
+        launcher = options.pop("launcher", None) or cls.make_launcher(config, context)
+        return {"launcher": launcher, "context": context,
+                "reuse": bool(ts.reuse_mode) if isinstance(ts, _Reusable) else True,
+                "idle_timeout": float(ts.idle_timeout) if isinstance(ts, _Idles) else 60.0,
+                "advertise_host": config.nni_manager_ip, "trial_gpu_number": config.trial_gpu_number,
+                "engine_poll_interval": cls.engine_poll_interval, **options}
+
+    @property
+    def _machines(self) -> list[Machine]:
+        """The machines of a fixed list (none where an engine places environments): views
+        (``RemoteService.machines``)."""
+        return self.placement.machines if isinstance(self.placement, Machines) else []
+
+    # --- the TrainingService protocol (the placement's) ------------------------------------------
+    async def start(self) -> None:
+        if self._context is None:
+            raise ServiceError(f"the {self.platform} service needs its experiment's id and directory "
+                               "(a ServiceContext)")
+        await self.placement.start()
+
+    async def submit(self, spec: TrialSpec) -> Started | None:
+        return await self.placement.submit(spec)
+
+    async def cancel(self, trial_id: str) -> None:
+        await self.placement.cancel(trial_id)
+
+    async def reattach(
+        self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int,
+        gpus: tuple[int, ...] | None,
+    ) -> None:
+        await self.placement.reattach(trial_id, output_dir, pid, pid_start, after_index, gpus)
+
+    def set_demand(self, waiting: int) -> None:
+        """How many trials wait for an environment now (the manager says so before each ``submit`` round;
+        :class:`~nnix.services.base.TakesDemand`)."""
+        self.placement.set_demand(waiting)
+
+    def waiting_reason(self) -> str:
+        return self.placement.waiting_reason()
+
+    async def close(self, kill_trials: bool) -> None:
+        await self.placement.close(kill_trials)
+
+    @classmethod
+    async def reclaim(cls, config: ExperimentConfig, context: ServiceContext,
+                      trials: Sequence[LeftTrial] = ()) -> list[str]:
+        """Without a manager (``nnix stop`` / ``nnix experiment delete`` of an experiment whose manager died): stop
+        every environment the experiment still has on its engine, found by the engine (names, labels) and in the
+        record; its trials end with it. Returns what was stopped, in words (one line per engine); the record is
+        then emptied (nnix.services.base.Reclaims)."""
+        path = context.experiment_dir / RECORD
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = {}
+        record = record if isinstance(record, dict) else {}
+        launcher = cls.make_launcher(config, context)
+        if not isinstance(launcher, Reclaiming):
+            return []
+        recorded = record.get("envs")
+        recorded = recorded if isinstance(recorded, dict) else {}
+        try:
+            await launcher.open_engine()
+            found = await launcher.environments()
+            handles = dict(found)
+            for env_id, info in recorded.items():
+                if isinstance(info, dict) and info.get("handle") and env_id not in handles:
+                    handles[str(env_id)] = str(info["handle"])
+            stopped, problems = [], []
+            for env_id, handle in sorted(handles.items()):
+                try:
+                    await launcher.stop(handle)
+                except Exception as e:
+                    problems.append(f"{handle}: {e}")
+                    continue
+                if env_id in found:
+                    stopped.append(handle)
+        finally:
+            with contextlib.suppress(Exception):
+                await launcher.close()
+        if not problems:
+            record.update(envs={}, left=False)
+            with contextlib.suppress(OSError):
+                write_private(path, record)
+        out = []
+        if stopped:
+            out.append(f"{cls.platform}: cancelled {len(stopped)} environment(s) ({', '.join(stopped)})")
+        if problems:
+            out.append(f"{cls.platform}: could not cancel {'; '.join(problems)}")
+        return out

@@ -31,26 +31,44 @@ placement gave a trial is freed, once, whatever ended it), ``_trial_left`` and `
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run, Shutdown
 from nnix.agent.reason import exit_reason
 from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec, committed
 from nnix.errors import ServiceUnavailableError
-from nnix.services.agent_server import Endpoint
+from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.services.health import HostHealth
 from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
     from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
 
-__all__ = ["AgentOptions", "Fleet", "FleetEnv", "FleetTrial", "StartFailed"]
+    from nnix.services.base import ServiceContext
+
+__all__ = ["RECORD", "AgentOptions", "Fleet", "FleetEnv", "FleetTrial", "StartFailed", "write_private"]
 
 log = logging.getLogger("nnix.services.fleet")
+
+
+RECORD = "cluster.json"
+"""The record a fleet keeps in its experiment's directory (:meth:`Fleet._save`)."""
+
+
+def write_private(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as JSON into ``path`` (mode 0600: it holds the agents' tokens), replaced at once."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
 
 
 class StartFailed(Exception):
@@ -118,12 +136,13 @@ T = TypeVar("T", bound=FleetTrial[Any])
 
 
 class Fleet(Generic[E, T]):
-    """The shared bookkeeping (see the module docstring). A service inherits it, calls :meth:`_init_fleet`
-    from its ``__init__`` and overrides the hooks it needs."""
+    """The shared bookkeeping (see the module docstring). A placement (engine environments, a fixed list of
+    machines: :mod:`nnix.services.cluster`) subclasses it, calls ``super().__init__`` and overrides the hooks it
+    needs."""
 
     platform: str
 
-    def _init_fleet(
+    def __init__(
         self,
         emit: Callable[[RunnerEvent], None],
         mirror: OutputMirror | None,
@@ -132,10 +151,13 @@ class Fleet(Generic[E, T]):
         lost_after: float,
         max_failures: int | None = None,
         noun: str = "host",
+        context: ServiceContext | None = None,
+        stream_output: bool = True,
         **options: Unpack[AgentOptions],
     ) -> None:
         """``hosts``: the names the health policy (nnix.services.health) keeps apart; ``lost_after``: seconds
-        of silence after which an agent (or host) is lost."""
+        of silence after which an agent (or host) is lost; ``context``: where the record is kept (:meth:`_save`);
+        ``stream_output`` False: the manager reads trial files where they are (agents stream no copy)."""
         unknown = sorted(set(options) - set(AgentOptions.__annotations__))
         if unknown:
             raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {unknown}")
@@ -147,7 +169,11 @@ class Fleet(Generic[E, T]):
         self._agent_options: tuple[str, ...] = (
             "--request-timeout", f"{options.get('agent_request_timeout', 10.0):g}",
             "--poll-interval", f"{options.get('poll_interval', 0.25):g}", "--kill-grace", f"{self._kill_grace:g}",
+            *(() if stream_output else ("--no-output-stream",)),
         )
+        self._context = context
+        self._server: AgentServer | None = None
+        self._url = ""
         give_up = options.get("give_up_after")
         self._health = HostHealth(
             hosts, give_up_after=give_up if give_up is not None else max(self._lost_after, self._start_timeout),
@@ -161,6 +187,37 @@ class Fleet(Generic[E, T]):
         self._closing = False
         self._reason = ""
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    # --- the record (resume) -----------------------------------------------------------------------
+    @property
+    def _state_path(self) -> Path | None:
+        return self._context.experiment_dir / RECORD if self._context is not None else None
+
+    def _recorded_envs(self) -> dict[str, dict[str, Any]]:
+        """The environments the record lists, with their tokens and engine handles (none by default: agents on
+        machines are found there again)."""
+        return {}
+
+    def _save(self, left: bool = True) -> None:
+        """The record (``cluster.json``): the platform, the agent endpoint's port and :meth:`_recorded_envs`.
+        ``left`` False: a closing manager left nothing on the engine (``nnix stop`` then has nothing to cancel
+        there)."""
+        path = self._state_path
+        if path is None or self._server is None:
+            return
+        envs = self._recorded_envs()
+        write_private(path, {"platform": self.platform, "port": self._server.port, "url": self._url, "envs": envs,
+                             "left": left or bool(envs)})
+
+    def _load(self) -> dict[str, Any]:
+        path = self._state_path
+        if path is None or not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
 
     @property
     def _heartbeat_every(self) -> float:
@@ -384,7 +441,7 @@ class Fleet(Generic[E, T]):
                 break
         early, self._early = self._early, []
         for env, msg in early:
-            if getattr(msg, "trial_id", None) == t.trial_id:
+            if isinstance(msg, (Started, Metrics, Exited)) and msg.trial_id == t.trial_id:
                 self.on_message(env.env_id, msg)
             else:
                 self._early.append((env, msg))

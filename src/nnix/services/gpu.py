@@ -24,17 +24,28 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from nnix.errors import ConfigError, FieldIssue, GpuUnavailableError
 from nnix.gpu import GpuInfo, GpuInventory, NvmlInventory
 
 __all__ = [
+    "Explains",
     "GpuAllocation",
     "GpuInfo",
     "GpuInventory",
     "GpuScheduler",
     "NvmlInventory",
 ]
+
+
+@runtime_checkable
+class Explains(Protocol):
+    """The optional ability of a :class:`~nnix.gpu.GpuInventory` to say why its last snapshot found no GPU
+    (:class:`~nnix.gpu.NvmlInventory`: the driver's error)."""
+
+    last_error: str | None
+
 
 _TOLERANCE = 1e-3
 """Slack when packing fractional shares (three shares of 1/3 fit on one GPU)."""
@@ -217,7 +228,7 @@ class GpuScheduler:
                     f"the GPU inventory found no GPU this time (it found {self._seen_gpus} before); retrying"
                 )
                 return None
-            detail = getattr(self._inventory, "last_error", None)
+            detail = self._inventory.last_error if isinstance(self._inventory, Explains) else None
             raise GpuUnavailableError(
                 f"No GPU found, but trialGpuNumber is {self.trial_gpu_number}"
                 + (f" ({detail})" if isinstance(detail, str) and detail else ""),

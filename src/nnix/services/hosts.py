@@ -21,8 +21,9 @@ Instead of environments started on demand, each machine of ``launcher.hosts``
    (``CUDA_VISIBLE_DEVICES`` set, ``Started.gpus`` told), and each machine's agents have their own agent URL
    (``agent_url``: SSH's reverse forward).
 
-:class:`Machines` is the part of ``ClusterService`` that does this (a base class of it); the module docstring of
-:mod:`nnix.services.remote` tells what users see of it.
+:class:`Machines` is the placement of ``ClusterService`` that does this (a strategy object it holds, chosen when
+its launcher is a ``HostLauncher``); the module docstring of :mod:`nnix.services.remote` tells what users see of
+it.
 """
 
 from __future__ import annotations
@@ -31,19 +32,23 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill
-from nnix.agent.runner import Exited, Started, TrialSpec
+from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import GpuUnavailableError, ServiceError
 from nnix.services.agent_server import AgentServer
-from nnix.services.fleet import Fleet, FleetEnv, FleetTrial, StartFailed
+from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.gpu import GpuInfo, GpuScheduler
 from nnix.services.launcher import EnvRequest, EnvStatus, Host, HostError, HostLauncher
+from nnix.services.mirror import OutputMirror
 
 if TYPE_CHECKING:
+    from typing import Unpack  # Python 3.11: in annotations only (nnix runs on 3.10)
+
     from nnix.services.base import ServiceContext
 
 __all__ = ["Env", "Machine", "Machines", "Trial"]
@@ -143,17 +148,32 @@ class Machine:
 
 
 class Machines(Fleet[Env, Trial]):
-    """The machine part of ``ClusterService`` (see the module docstring); used when ``self._machines`` is not
-    empty, i.e. the launcher has ``hosts``."""
+    """The placement of ``ClusterService`` over a fixed list of machines (see the module docstring): its launcher
+    is a :class:`~nnix.services.launcher.HostLauncher`. ``adopt_wait`` is how long a resume waits for the agents
+    it found to say hello; ``lost_after`` is the machines' ``lostHostTimeout``."""
 
-    platform: str
-    _context: ServiceContext | None
-    _reuse: bool
-    _policy: Literal["fail", "requeue"]
-    _server: AgentServer | None
-    _monitor: asyncio.Task[None] | None
-
-    def _init_machines(self, launcher: HostLauncher, trial_gpu_number: int | None, adopt_wait: float) -> None:
+    def __init__(
+        self,
+        platform: str,
+        emit: Callable[[RunnerEvent], None],
+        launcher: HostLauncher,
+        *,
+        context: ServiceContext | None,
+        mirror: OutputMirror | None,
+        stream_output: bool,
+        reuse: bool,
+        trial_gpu_number: int | None,
+        policy: Literal["fail", "requeue"],
+        lost_after: float,
+        adopt_wait: float,
+        **agent: Unpack[AgentOptions],
+    ) -> None:
+        self.platform = platform
+        super().__init__(emit, mirror, hosts=[h.label for h in launcher.hosts], lost_after=lost_after,
+                         context=context, stream_output=stream_output, **agent)
+        self._reuse = reuse
+        self._policy = policy
+        self._monitor: asyncio.Task[None] | None = None
         self._hl = launcher
         self._adopt_wait = adopt_wait
         self._machines = [Machine(h, GpuScheduler(inv, trial_gpu_number=trial_gpu_number, **h.gpu_rules), inv)
@@ -162,7 +182,30 @@ class Machines(Fleet[Env, Trial]):
         self._rr = 0
         self._settle_timer: asyncio.TimerHandle | None = None
 
+    @property
+    def machines(self) -> list[Machine]:
+        return list(self._machines)
+
     # --- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._start_on_machines()
+        self._save()  # the record says a manager ran here: `nnix stop` looks for agents it may leave behind
+
+    async def close(self, kill_trials: bool) -> None:
+        await self._close_machines(kill_trials)
+        # agents left running, or a machine out of reach whose agents may live on (a lost host's retry for a
+        # day): `nnix stop` (and `nnix platform clean`) end them
+        unreachable = [m.label for m in self._machines if m.state in ("down", "lost")]
+        if unreachable:
+            log.warning("agents of this experiment may be left on %s (not reachable now): `nnix stop %s` ends "
+                        "them once it is", ", ".join(unreachable),
+                        self._context.experiment_id if self._context is not None else "")
+        self._save(left=bool(unreachable) or any(not e.dead and (e.trials or not e.stopping)
+                                                 for e in self._envs.values()))
+
+    def set_demand(self, waiting: int) -> None:
+        """Machines start no agent ahead of demand (one per machine, or one spare each): nothing to do."""
+
     async def _start_on_machines(self) -> None:
         self._server = AgentServer(heartbeat=self._heartbeat_every, poll_wait=20.0, clock=self._clock)
         await self._server.start()
@@ -516,24 +559,40 @@ class Machines(Fleet[Env, Trial]):
         m.spares.clear()
         self._hl.disconnect(m.host)
 
-    # --- fleet hooks of environments on machines (ClusterService dispatches) -----------------------
-    def _machine_greeted(self, env: Env, m: Machine, hello: Hello) -> None:
-        m.inventory.update(hello.resources)
+    # --- fleet hooks (nnix.services.fleet) ------------------------------------------------------------
+    def _env_gone(self, env: Env) -> bool:
+        return env.state == "ended"
+
+    def _may_host(self, t: Trial, env: Env) -> bool:
+        return t.machine is env.machine  # a trial of machine A is never watched by an agent on machine B
+
+    def _retire_idle(self, env: Env) -> None:
+        self._shutdown(env, "taken over; nothing left to watch")
+
+    def _greeted(self, env: Env, hello: Hello) -> None:
+        if env.machine is not None:
+            env.machine.inventory.update(hello.resources)
         env.hello.set()
 
-    def _machine_trial_left(self, env: Env) -> None:
+    def _released(self, t: Trial) -> None:
+        if t.machine is not None:
+            t.machine.gpus.release(t.trial_id)
+
+    def _heartbeat(self, env: Env, beat: Heartbeat) -> None:
+        if env.machine is not None:
+            env.machine.inventory.update(beat.resources)
+
+    def _trial_left(self, t: Trial, env: Env) -> None:
         if env.draining and not env.trials and not env.stopping:
             self._shutdown(env, "no more trials for this agent")
 
-    def _machine_refused(self, env: Env, m: Machine, reason: str) -> None:
+    def _refused(self, env: Env, reason: str) -> None:
         env.refused = reason
-        m.problem = reason
-
-    def _machine_heartbeat(self, m: Machine, beat: Heartbeat) -> None:
-        m.inventory.update(beat.resources)
+        if env.machine is not None:
+            env.machine.problem = reason
 
     # --- the TrainingService protocol ------------------------------------------------------------
-    async def _submit_to_machine(self, spec: TrialSpec) -> Started | None:
+    async def submit(self, spec: TrialSpec) -> Started | None:
         ready = [m for m in self._machines if m.state == "ready" and (not self._reuse or m.reuse_env is not None)
                  and self._health.usable(m.label)]
         if not ready:
@@ -626,8 +685,8 @@ class Machines(Fleet[Env, Trial]):
         self._requeue(t.trial_id, why, note)
         return None
 
-    def _reattach_on_machine(self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None,
-                             after_index: int, gpus: tuple[int, ...] | None) -> None:
+    async def reattach(self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None,
+                       after_index: int, gpus: tuple[int, ...] | None) -> None:
         text = str(output_dir)
         key, sep, rest = text.partition(":/")
         m = self._by_key.get(key) if sep else None

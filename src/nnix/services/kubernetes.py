@@ -361,8 +361,7 @@ class KubeLauncher(SharedStorageLayout):
                 from kubernetes import client, config
             except ImportError:
                 raise ServiceError(f"platform {self.kind} needs the kubernetes client", CLIENT_HINT) from None
-            kubeconfig = getattr(self.cfg, "kubeconfig", None)
-            context = getattr(self.cfg, "context", None)
+            kubeconfig, context = self.cfg.kubeconfig, self.cfg.context
             try:
                 if kubeconfig is None and not os.environ.get("KUBECONFIG") and not (
                         Path.home() / ".kube" / "config").is_file() and os.environ.get("KUBERNETES_SERVICE_HOST"):

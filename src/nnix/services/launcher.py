@@ -1,6 +1,8 @@
 """The Launcher contract: what an engine implements so that :class:`~nnix.services.cluster.ClusterService` drives
 its environments (``EnvRequest`` in, ``EnvStatus`` out), and the optional capabilities a launcher may add
-(:class:`Launcher`'s docstring; a fixed list of machines: :class:`HostLauncher`).
+(each a small ``runtime_checkable`` Protocol, checked with ``isinstance``: :class:`SharesFiles`,
+:class:`MultiTrial`, :class:`Admits`, :class:`LostPolicy`, :class:`HostLauncher` (a fixed list of machines),
+:class:`Reclaiming`).
 
 Re-exported by :mod:`nnix.services.cluster`, where launchers usually import it from.
 """
@@ -14,7 +16,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
 
-__all__ = ["EnvRequest", "EnvStatus", "Host", "HostError", "HostLauncher", "Launcher", "Reclaiming"]
+__all__ = ["Admits", "EnvRequest", "EnvStatus", "Host", "HostError", "HostLauncher", "Launcher", "LostPolicy",
+           "MultiTrial", "Reclaiming", "SharesFiles"]
 
 
 class HostError(ServiceError):
@@ -98,28 +101,9 @@ class Launcher(Protocol):
     """The address environments use to reach the manager, when the engine knows it better than the
     default guess (``nniManagerIp`` overrides both).
 
-    Optional attribute ``shares_files: bool`` (default True): the trials' output directories are on storage
-    the manager reads (``output_location`` is a path here). False: agents stream each trial's stdout and
-    stderr, and the manager keeps a copy (:mod:`nnix.services.mirror`).
-
-    Optional attribute ``capacity: int`` (default 1): how many trials one environment runs at once in reuse
-    mode (an environment with the resources of several trials: a whole node, a machine); non-reuse
-    environments always run one.
-
-    Optional placement hook, for environments that hold resources of several trials (``capacity``): methods
-    ``admit(spec, handle, resources) -> TrialSpec | None`` (may the environment ``handle``, whose agent last
-    reported ``resources`` (``gpus``: index, util, mem_util, processes...), take the placed trial now? Return the
-    spec to run there, e.g. with ``CUDA_VISIBLE_DEVICES`` set, or None: not now) and ``release(trial_id)`` (the
-    trial left its environment; called once for each admitted trial). A trial no environment admits waits.
-
-    Optional attribute ``lost_policy: "fail" | "requeue"`` (default ``"fail"``): what becomes of a running trial
-    whose environment ended under it (the engine ended the job, or its agent fell silent): it fails with the
-    reason, or goes back to the queue to run again from scratch (``lostHostPolicy`` of the SSH service). A trial
-    that had not started goes back to the queue either way.
-
-    Optional capability *a fixed list of machines* (``hosts``; SSH): see :class:`HostLauncher`. A launcher that has
-    ``hosts`` gets machines instead of environments on demand (:mod:`nnix.services.hosts`); no other launcher needs
-    any of its methods."""
+    Optional abilities (Protocols of their own, below): :class:`SharesFiles`, :class:`MultiTrial`, :class:`Admits`,
+    :class:`LostPolicy`, :class:`Reclaiming`, and *a fixed list of machines* (:class:`HostLauncher`; SSH), which
+    gets machines instead of environments on demand (:mod:`nnix.services.hosts`)."""
 
     async def prepare(self) -> None: ...
 
@@ -134,6 +118,49 @@ class Launcher(Protocol):
     def output_location(self, spec: TrialSpec) -> str: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SharesFiles(Protocol):
+    """Optional: ``shares_files`` True (the default of a launcher without it): the trials' output directories are on
+    storage the manager reads (``output_location`` is a path here). False: agents stream each trial's stdout and
+    stderr, and the manager keeps a copy (:mod:`nnix.services.mirror`)."""
+
+    shares_files: bool
+
+
+@runtime_checkable
+class MultiTrial(Protocol):
+    """Optional: ``capacity`` (default 1): how many trials one environment runs at once in reuse mode (an
+    environment with the resources of several trials: a whole node, a machine); non-reuse environments always
+    run one."""
+
+    capacity: int
+
+
+@runtime_checkable
+class LostPolicy(Protocol):
+    """Optional: ``lost_policy`` (default ``"fail"``): what becomes of a running trial whose environment ended under
+    it (the engine ended the job, its agent fell silent, its machine was lost): it fails with the reason, or goes
+    back to the queue to run again from scratch (``lostHostPolicy`` of the SSH service). A trial that had not
+    started goes back to the queue either way."""
+
+    lost_policy: Literal["fail", "requeue"]
+
+
+@runtime_checkable
+class Admits(Protocol):
+    """Optional placement hook, for environments that hold resources of several trials (:class:`MultiTrial`).
+    A trial no environment admits waits.
+
+    * ``admit(spec, handle, resources)``: may the environment ``handle``, whose agent last reported ``resources``
+      (``gpus``: index, util, mem_util, processes...), take the placed trial now? Returns the spec to run there
+      (e.g. with ``CUDA_VISIBLE_DEVICES`` set), or None: not now;
+    * ``release(trial_id)``: the trial left its environment; called once for each admitted trial."""
+
+    def admit(self, spec: TrialSpec, handle: str, resources: dict[str, Any]) -> TrialSpec | None: ...
+
+    def release(self, trial_id: str) -> None: ...
 
 
 class Host(Protocol):
@@ -159,16 +186,17 @@ class Host(Protocol):
         """Where environment ``env_id`` keeps its files on the machine (named in messages: ``agent.log``)."""
 
 
+@runtime_checkable
 class HostLauncher(Launcher, Protocol):
     """The optional capability *a fixed list of machines* (the SSH launcher has it; no engine needs it).
 
-    A launcher with a ``hosts`` attribute gets from :class:`~nnix.services.cluster.ClusterService` what a list of
-    machines needs (:mod:`nnix.services.hosts`): a connection per machine kept up with backoff, per-machine health,
-    one agent per machine in reuse mode (with the machine's GPU rules as its capacity) or one per trial plus one
-    started ahead, agents replaced *in place* when they die (their trials keep running and are re-attached), silent
-    agents probed (host lost, or agent dead or stuck), a resume that adopts the live agents it finds, and GPU
-    placement on the least loaded machine. Every method below is then required; every error they raise about a
-    machine is a :class:`HostError` (``permanent``: retrying cannot help).
+    A launcher that has every member below (``isinstance``) gets from :class:`~nnix.services.cluster.ClusterService`
+    what a list of machines needs (:mod:`nnix.services.hosts`): a connection per machine kept up with backoff,
+    per-machine health, one agent per machine in reuse mode (with the machine's GPU rules as its capacity) or one
+    per trial plus one started ahead, agents replaced *in place* when they die (their trials keep running and are
+    re-attached), silent agents probed (host lost, or agent dead or stuck), a resume that adopts the live agents it
+    finds, and GPU placement on the least loaded machine. Every method below is then required; every error they
+    raise about a machine is a :class:`HostError` (``permanent``: retrying cannot help).
 
     * ``open`` connects to the machine and returns a *link* (opaque); ``closed(host, link)`` returns when that link
       ended, telling whether it was still the machine's current one; ``connected`` says whether the machine's link

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from nnix.agent.runner import TrialRunner, process_start_token
-from nnix.config import ExperimentConfig, restore_secrets
+from nnix.config import ExperimentConfig, HybridConfig, restore_secrets
+from nnix.errors import NnixError
 from nnix.registry import entry_point_group
 from nnix.services.base import LeftTrial, Reclaims, ServiceContext
 from nnix.services.cluster import RECORD
@@ -72,10 +73,10 @@ def _members(config: ExperimentConfig, exp_dir: Path, experiment_id: str) -> lis
                                                                                        ServiceContext]]:
     """Each training service of the experiment (hybrid: each member, in its own directory) with its context."""
     ts = config.training_service
-    if ts.platform != "hybrid":
+    if not isinstance(ts, HybridConfig):
         return [(config, ServiceContext(experiment_id, exp_dir))]
     out = []
-    for i, child in enumerate(getattr(ts, "services", [])):
+    for i, child in enumerate(ts.services):
         sub = config.model_copy(update={"training_service": child})
         out.append((sub, ServiceContext(experiment_id, exp_dir / "services" / f"{i}-{child.platform}")))
     return out
@@ -123,7 +124,7 @@ def reclaim(exp_dir: Path, experiment_id: str, config: dict[str, Any], trials: S
             except Exception as e:
                 log.warning("ending the %s work of experiment %s failed: %s", platform, experiment_id, e)
                 out.append(f"{platform}: could not end what the experiment left there: "
-                           f"{getattr(e, 'message', None) or e}")
+                           f"{e.message if isinstance(e, NnixError) else e}")
         return out
 
     return asyncio.run(run())
