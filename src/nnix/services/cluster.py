@@ -35,7 +35,7 @@ import secrets
 import signal
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -44,10 +44,8 @@ from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
 from nnix.services.agent_server import AgentServer
 from nnix.services.base import CapacityChanged, Configured, Emit, LeftTrial, ServiceContext
-from nnix.services.fleet import RECORD, AgentOptions, Fleet, StartFailed, write_private
-from nnix.services.hosts import Env as _Env
+from nnix.services.fleet import RECORD, AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed, write_private
 from nnix.services.hosts import Machine, Machines
-from nnix.services.hosts import Trial as _Trial
 from nnix.services.launcher import (
     Admits,
     EnvRequest,
@@ -117,7 +115,26 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-class Engines(Fleet[_Env, _Trial]):
+@dataclass(eq=False, kw_only=True)
+class EngineEnv(FleetEnv):
+    """An environment an engine started (or an earlier manager did: ``adopted``), known by its engine ``handle``."""
+
+    launched_at: float
+    state: Literal["launching", "pending", "ready", "ended"] = "launching"
+    handle: str | None = None
+    idle_since: float | None = None
+    reason: str = ""
+    connected: bool = False  # its agent said hello (at least once)
+    resources: dict[str, Any] = field(default_factory=dict)  # as its agent last reported them
+    ended_seen: float | None = None  # when the engine first said it ended
+
+
+@dataclass(eq=False, kw_only=True)
+class EngineTrial(FleetTrial[EngineEnv]):
+    placed: TrialSpec | None = None  # admitted by the launcher's placement hook (None: a trial of an earlier manager)
+
+
+class Engines(Fleet[EngineEnv, EngineTrial]):
     """The placement of :class:`ClusterService` whose environments an engine starts and places (Slurm, Ray,
     Kubernetes, OpenPAI; see the module docstring).
 
@@ -207,7 +224,7 @@ class Engines(Fleet[_Env, _Trial]):
                 continue
             handle = info.get("handle")
             ep = self._server.register(str(env_id), self, token=info["token"])
-            env = _Env(str(env_id), ep, bool(info.get("single")), launched_at=self._clock(), state="pending",
+            env = EngineEnv(str(env_id), ep, bool(info.get("single")), launched_at=self._clock(), state="pending",
                        handle=str(handle) if handle else None, adopted=True)
             self._envs[env.env_id] = env
         await self._adopt_recorded()
@@ -287,7 +304,7 @@ class Engines(Fleet[_Env, _Trial]):
         if self._server is not None:
             await self._server.close()
 
-    async def _stop_env(self, env: _Env, why: str) -> None:
+    async def _stop_env(self, env: EngineEnv, why: str) -> None:
         env.stopping = True
         if env.handle is not None:
             try:
@@ -296,7 +313,7 @@ class Engines(Fleet[_Env, _Trial]):
                 log.warning("could not stop %s environment %s (%s): %s", self.platform, env.env_id, env.handle, e)
         self._end_env(env, why)
 
-    def _end_env(self, env: _Env, why: str) -> None:
+    def _end_env(self, env: EngineEnv, why: str) -> None:
         if env.state == "ended":
             return
         env.state, env.reason = "ended", why
@@ -316,16 +333,16 @@ class Engines(Fleet[_Env, _Trial]):
         """How many trials wait for an environment now (the manager says so before each ``submit`` round)."""
         self._demand = max(0, waiting)
 
-    def _live(self) -> list[_Env]:
+    def _live(self) -> list[EngineEnv]:
         return [e for e in self._envs.values() if e.state != "ended" and not e.stopping]
 
-    def _slots(self, env: _Env) -> int:
+    def _slots(self, env: EngineEnv) -> int:
         """How many more trials ``env`` can take (its capacity, less what it runs)."""
         if env.stopping or env.state == "ended" or (env.single and (env.used or bool(env.claims))):
             return 0  # (a non-reuse agent of the earlier manager that speaks of a trial ran its one: no other)
         return max(0, self._capacity - len(env.trials))
 
-    def _free(self, env: _Env) -> bool:
+    def _free(self, env: EngineEnv) -> bool:
         return self._slots(env) > 0
 
     def _ensure_envs(self) -> None:
@@ -341,13 +358,13 @@ class Engines(Fleet[_Env, _Trial]):
             env_id = f"e{self._counter}-{secrets.token_hex(3)}"
             assert self._server is not None
             ep = self._server.register(env_id, self)
-            env = _Env(env_id, ep, single=not self._reuse, launched_at=self._clock())
+            env = EngineEnv(env_id, ep, single=not self._reuse, launched_at=self._clock())
             self._envs[env_id] = env
             self._spawn(self._launch(env))
         if want > 0:
             self._save()  # before the engine hears of them: a manager killed meanwhile leaves a record of each
 
-    async def _launch(self, env: _Env) -> None:
+    async def _launch(self, env: EngineEnv) -> None:
         request = EnvRequest(env.env_id, env.single, self._url, env.endpoint.token, self._agent_options)
         try:
             env.handle = await self.launcher.launch(request)
@@ -366,7 +383,7 @@ class Engines(Fleet[_Env, _Trial]):
         if env.stopping or self._closing:
             await self._stop_env(env, "not needed any more")
 
-    def _failure(self, env: _Env, why: str) -> None:
+    def _failure(self, env: EngineEnv, why: str) -> None:
         """An environment ended before its agent connected: a failed start (backoff; see nnix.services.health)."""
         log.error("%s environment %s (%s) ended before its agent connected: %s", self.platform, env.env_id,
                   env.handle, why)
@@ -452,26 +469,26 @@ class Engines(Fleet[_Env, _Trial]):
         super()._settle()
 
     # --- fleet hooks (nnix.services.fleet) -----------------------------------------------------
-    def _env_gone(self, env: _Env) -> bool:
+    def _env_gone(self, env: EngineEnv) -> bool:
         return env.state == "ended"
 
-    def _retire_idle(self, env: _Env) -> None:
+    def _retire_idle(self, env: EngineEnv) -> None:
         self._spawn(self._stop_env(env, "taken over; nothing left to run"))
 
-    def _greeted(self, env: _Env, hello: Hello) -> None:
+    def _greeted(self, env: EngineEnv, hello: Hello) -> None:
         env.state, env.reason, env.resources = "ready", "", dict(hello.resources)
         if env.idle_since is None:
             env.idle_since = self._clock()
         self._health.ok(self.platform)
 
-    def _hello_done(self, env: _Env, hello: Hello) -> None:
+    def _hello_done(self, env: EngineEnv, hello: Hello) -> None:
         if not env.connected:
             env.connected = True
             log.info("%s environment %s (%s) connected from %s", self.platform, env.env_id, env.handle,
                      hello.resources.get("hostname", "?"))
             self._emit(CapacityChanged(f"{self.platform} environment {env.env_id} is ready"))  # type: ignore[arg-type]
 
-    def _hold_exit(self, t: _Trial, env: _Env, exited: Exited) -> bool:
+    def _hold_exit(self, t: EngineTrial, env: EngineEnv, exited: Exited) -> bool:
         """Killed by a signal nnix did not send: the engine may be ending the environment (time limit, scancel,
         preemption) and signals the trial with it; its reason is the one to show, so the exit waits for the
         engine's word (the next polls, see _check)."""
@@ -480,20 +497,20 @@ class Engines(Fleet[_Env, _Trial]):
         t.held_at = self._clock()
         return True
 
-    def _released(self, t: _Trial) -> None:
+    def _released(self, t: EngineTrial) -> None:
         if self._admits is not None and t.placed is not None:  # admitted here (not a trial of an earlier manager)
             self._admits.release(t.trial_id)
 
-    def _heartbeat(self, env: _Env, beat: Heartbeat) -> None:
+    def _heartbeat(self, env: EngineEnv, beat: Heartbeat) -> None:
         env.resources = dict(beat.resources)
 
-    def _trial_left(self, t: _Trial, env: _Env) -> None:
+    def _trial_left(self, t: EngineTrial, env: EngineEnv) -> None:
         if not env.trials:
             env.idle_since = self._clock()
         if env.single:
             env.stopping = True  # its agent exits by itself; the engine job ends with it
 
-    def _refused(self, env: _Env, reason: str) -> None:
+    def _refused(self, env: EngineEnv, reason: str) -> None:
         self._fatal = ServiceError(f"the nnix agent in {self.platform} environment {env.handle} was refused: "
                                    f"{reason}", "install the manager's nnix version in the environments")
 
@@ -519,7 +536,7 @@ class Engines(Fleet[_Env, _Trial]):
                 self._reason = f"every {self.platform} environment is busy"
             return None
         placed = self.launcher.place(spec)
-        chosen: tuple[_Env, TrialSpec] | None = None
+        chosen: tuple[EngineEnv, TrialSpec] | None = None
         for env in sorted(free, key=lambda e: e.launched_at):  # the oldest first
             admitted = placed if self._admits is None else self._admits.admit(placed, env.handle or "", env.resources)
             if admitted is not None:
@@ -530,7 +547,7 @@ class Engines(Fleet[_Env, _Trial]):
             return None
         env, placed = chosen
         loop = asyncio.get_running_loop()
-        t = _Trial(spec.trial_id, None, self.launcher.output_location(spec), placed=placed,
+        t = EngineTrial(spec.trial_id, None, self.launcher.output_location(spec), placed=placed,
                    started=loop.create_future())
         env.idle_since = None
         try:
@@ -566,7 +583,7 @@ class Engines(Fleet[_Env, _Trial]):
         self, trial_id: str, output_dir: Path, pid: int | None, pid_start: str | None, after_index: int,
         gpus: tuple[int, ...] | None,
     ) -> None:
-        t = _Trial(trial_id, None, str(output_dir), last_index=after_index)
+        t = EngineTrial(trial_id, None, str(output_dir), last_index=after_index)
         self._adopt_trial(t)
         if t.env is None and not self._settle_deadline:
             self._settle_deadline = self._clock()

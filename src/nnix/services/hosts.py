@@ -77,19 +77,12 @@ class ReportedInventory:
 
 @dataclass(eq=False, kw_only=True)
 class Env(FleetEnv):
-    """An environment of :class:`~nnix.services.cluster.ClusterService`: an engine's (``machine`` None), or an
-    agent on a machine of a fixed list."""
+    """An agent on a machine of the fixed list (its launcher's ``handle`` once launched; None: found running)."""
 
+    machine: Machine
     launched_at: float
-    state: Literal["launching", "pending", "ready", "ended"] = "launching"
+    state: Literal["launching", "ended"] = "launching"
     handle: str | None = None
-    idle_since: float | None = None
-    reason: str = ""
-    connected: bool = False  # its agent said hello (at least once)
-    resources: dict[str, Any] = field(default_factory=dict)  # as its agent last reported them
-    ended_seen: float | None = None  # when the engine first said it ended
-    # on a machine (nnix.services.hosts)
-    machine: Machine | None = None
     pid: int | None = None
     draining: bool = False  # takes no new trial
     refused: str | None = None
@@ -101,13 +94,12 @@ class Env(FleetEnv):
 
     @property
     def dir(self) -> str:
-        return self.machine.host.env_dir(self.env_id) if self.machine is not None else ""
+        return self.machine.host.env_dir(self.env_id)
 
 
 @dataclass(eq=False, kw_only=True)
 class Trial(FleetTrial[Env]):
-    placed: TrialSpec | None = None  # admitted by the launcher's placement hook
-    machine: Machine | None = None  # the machine it runs on (a fixed list of machines)
+    machine: Machine  # the machine it runs on
 
 
 @dataclass(eq=False)
@@ -233,7 +225,7 @@ class Machines(Fleet[Env, Trial]):
             self._settle_timer.cancel()
         waits = []
         for env in list(self._envs.values()):
-            if env.dead or env.machine is None or env.machine.state != "ready":
+            if env.dead or env.machine.state != "ready":
                 continue
             if (kill_trials or not env.trials) and (not env.stopping or kill_trials):
                 self._shutdown(env, "the experiment's manager is closing", kill_trials=kill_trials)
@@ -398,7 +390,6 @@ class Machines(Fleet[Env, Trial]):
         if self._server is not None:
             self._server.retire(env.env_id, "this environment was replaced")
         m = env.machine
-        assert m is not None
         m.envs.pop(env.env_id, None)
         if m.reuse_env is env:
             m.reuse_env = None
@@ -408,7 +399,6 @@ class Machines(Fleet[Env, Trial]):
     async def _watch_agent(self, env: Env, exited: asyncio.Future[EnvStatus]) -> None:
         status = await exited
         m = env.machine
-        assert m is not None
         if self._closing or env.dead:
             return
         if not self._hl.connected(m.host) or m.disconnected.is_set():
@@ -424,7 +414,6 @@ class Machines(Fleet[Env, Trial]):
 
     def _replace_env(self, env: Env) -> None:
         m = env.machine
-        assert m is not None
         for tid in list(env.trials):
             t = self._trials.get(tid)
             if t is not None and t.env is env:
@@ -570,17 +559,14 @@ class Machines(Fleet[Env, Trial]):
         self._shutdown(env, "taken over; nothing left to watch")
 
     def _greeted(self, env: Env, hello: Hello) -> None:
-        if env.machine is not None:
-            env.machine.inventory.update(hello.resources)
+        env.machine.inventory.update(hello.resources)
         env.hello.set()
 
     def _released(self, t: Trial) -> None:
-        if t.machine is not None:
-            t.machine.gpus.release(t.trial_id)
+        t.machine.gpus.release(t.trial_id)
 
     def _heartbeat(self, env: Env, beat: Heartbeat) -> None:
-        if env.machine is not None:
-            env.machine.inventory.update(beat.resources)
+        env.machine.inventory.update(beat.resources)
 
     def _trial_left(self, t: Trial, env: Env) -> None:
         if env.draining and not env.trials and not env.stopping:
@@ -588,8 +574,7 @@ class Machines(Fleet[Env, Trial]):
 
     def _refused(self, env: Env, reason: str) -> None:
         env.refused = reason
-        if env.machine is not None:
-            env.machine.problem = reason
+        env.machine.problem = reason
 
     # --- the TrainingService protocol ------------------------------------------------------------
     async def submit(self, spec: TrialSpec) -> Started | None:
@@ -605,8 +590,7 @@ class Machines(Fleet[Env, Trial]):
         n = len(self._machines)
         load = {m.index: 0 for m in self._machines}
         for t in self._trials.values():
-            if t.machine is not None:
-                load[t.machine.index] += 1
+            load[t.machine.index] += 1
         ready.sort(key=lambda m: (load[m.index], (m.index - self._rr) % n))
         chosen, alloc, reasons, never = None, None, [], []
         for m in ready:
