@@ -10,6 +10,7 @@ from typing import Any
 from nnix.config import parse_config
 from nnix.services.base import Configured, ServiceContext
 from nnix.services.cluster import ClusterService, Engines
+from nnix.services.fleet import Fleet
 from nnix.services.hosts import Machines
 from nnix.services.local import LocalService
 from nnix.services.remote import RemoteService
@@ -49,5 +50,6 @@ def test_options_come_from_the_config_and_the_caller_overrides_them(tmp_path: Pa
         "platform": "remote", "machineList": [machine], "lostHostPolicy": "requeue"}}, tmp_path).config,
         lambda _: None, ctx, connect_timeout=2.0)
     assert isinstance(remote.placement, Machines)  # SSH: a fixed list of machines
+    assert not issubclass(ClusterService, Fleet)  # one service holding its placement, not both placements in one class
     assert remote.placement._policy == "requeue" and remote.launcher._connect_timeout == 2.0
     assert remote.machines() == [("u@127.0.0.1:22", "connecting", "")]

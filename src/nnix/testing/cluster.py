@@ -4,7 +4,7 @@ make it end the ways engine jobs end (killed, time limit) without any engine.
 
 :class:`ProcessHostsLauncher` is the same with the optional capability *a fixed list of machines*
 (:class:`~nnix.services.launcher.HostLauncher`, what SSH has): its "machines" are folders here, its agents local
-processes, so that the machine part of ``ClusterService`` (:mod:`nnix.services.hosts`) is tested without SSH."""
+processes, so that the machines placement of ``ClusterService`` (:mod:`nnix.services.hosts`) is tested without SSH."""
 
 from __future__ import annotations
 
