@@ -218,6 +218,43 @@ def test_version_mismatch_is_refused_on_both_sides(tmp_path: Path, caplog: pytes
     assert "the manager refused this agent" in caplog.text and "0.10.0" in caplog.text
 
 
+def test_an_agent_no_manager_knows_any_more_kills_its_trials_and_exits(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Its manager went away without retiring it (its host was cut off until the experiment ended); what answers
+    at its address now (the connect file names another port) is a manager that does not know its environment:
+    404. It tries again for ``unknown_after`` seconds, then kills its trial and exits, well before its 24 h
+    give-up time. A manager that knows it again before that keeps it (the first 404s are retried)."""
+    long_trial = _spec(tmp_path, "L", "time.sleep(600)\n")
+
+    async def main() -> int:
+        first, rec, token = await _serve()
+        other = AgentServer(heartbeat=0.5)  # another experiment's manager: it has no env-1
+        await other.start()
+        url = {"now": first.url}
+        client = AgentClient(lambda: ConnectSettings(url["now"], "env-1", token), poll_interval=0.05,
+                             backoff_max=0.1, unknown_after=1.0, resources=lambda: {"cpus": 1, "gpus": []})
+        task = asyncio.create_task(client.run())
+        try:
+            ep = first.endpoint("env-1")
+            assert ep is not None
+            await wait_until_async(lambda: rec.hellos, 60, "the agent's hello")
+            ep.send(Run(long_trial))
+            started = await rec.wait_for(Started, "L")
+            await first.close()  # gone without a word
+            url["now"] = other.url
+            code = await asyncio.wait_for(task, 60)
+            assert await _gone(started.pid)  # its trial is killed with it
+            return code
+        finally:
+            task.cancel()
+            await first.close()
+            await other.close()
+
+    with caplog.at_level(logging.INFO):
+        assert asyncio.run(main()) == EXIT_TOKEN
+    assert "no manager knows this environment" in caplog.text
+
+
 def test_kill_shutdown_without_kill_then_attach_by_another_agent(tmp_path: Path) -> None:
     long_trial = _spec(tmp_path, "L", "for i in range(30):\n    nni.report_intermediate_result(i)\n"
                                       "    time.sleep(0.1)\nsys.exit(3)\n")

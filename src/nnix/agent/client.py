@@ -14,9 +14,16 @@ SSH forward is picked up), learns which messages were applied, and re-sends the 
 skips seqs it has applied, so a metric reported during a network cut arrives once. Trials run as their
 own process groups: they outlive the agent, and a later agent can ``attach`` to them.
 
+An agent whose environment no manager knows any more ends too: once a manager has answered that it does not
+know the environment (404: the experiment ended while the agent could not reach its manager, and whatever
+listens at its address now is another manager, or one that dropped it) and none that knows it has answered
+for ``unknown_after`` seconds since, it kills its trials and exits (a resumed manager registers the
+environments it takes over before it answers, so only one that will never know it keeps saying 404).
+
 Exit codes: 0 done (shut down, retired, or the single trial of a non-reuse environment reported),
-2 token refused, 3 version or protocol refused, 4 gave up after ``give_up_after`` seconds without
-contact (its trials keep running), 1 anything else.
+2 token refused, or the environment unknown to the manager answering for ``unknown_after`` seconds,
+3 version or protocol refused, 4 gave up after ``give_up_after`` seconds without contact (its trials keep
+running), 1 anything else.
 """
 
 from __future__ import annotations
@@ -181,6 +188,7 @@ class AgentClient:
         backoff_min: float = 0.1,
         backoff_max: float = 2.0,
         give_up_after: float | None = 24 * 3600.0,
+        unknown_after: float | None = 300.0,
         resources: Callable[[], dict[str, Any]] | None = None,
         poll_interval: float = 0.25,
         kill_grace: float = 5.0,
@@ -194,6 +202,8 @@ class AgentClient:
         self._timeout = request_timeout
         self._backoff = (backoff_min, backoff_max)
         self._give_up = give_up_after
+        self._unknown_after = unknown_after
+        self._unknown_since: float | None = None  # when a manager first said it does not know this environment
         if resources is None:
             inventory = gpu_inventory()  # one, so that NVML answers are cached between heartbeats
 
@@ -343,6 +353,7 @@ class AgentClient:
             else:
                 backoff, failures = self._backoff[0], 0
                 last_contact = self._clock()
+                self._unknown_since = None
                 problem = await self._session(settings)
                 last_contact = self._clock()
                 if self._done.is_set():
@@ -367,6 +378,14 @@ class AgentClient:
             self._finish(EXIT_VERSION, f"the manager refused this agent: {e.message}")
         elif e.status == 410:
             self._finish(EXIT_OK, f"environment retired by the manager ({e.message}); stopping its trials", kill=True)
+        elif e.status == 404 and self._unknown_after is not None:
+            now = self._clock()
+            if self._unknown_since is None:
+                self._unknown_since = now
+            if now - self._unknown_since < self._unknown_after:
+                return False  # a manager that does not know us yet: try again
+            self._finish(EXIT_TOKEN, f"no manager knows this environment ({e.message}, for "
+                         f"{now - self._unknown_since:.0f} s): its experiment is over; stopping its trials", kill=True)
         else:
             return False  # 404 (a manager that does not know us yet), 428, 5xx: try again
         return True
@@ -525,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--request-timeout", type=float, default=10.0)
     p.add_argument("--backoff-max", type=float, default=2.0)
     p.add_argument("--give-up-after", type=float, default=24 * 3600.0)
+    p.add_argument("--unknown-after", type=float, default=300.0,
+                   help="exit (killing its trials) once managers have answered for this long that they do not know "
+                        "its environment (0: never)")
     p.add_argument("--poll-interval", type=float, default=0.25)
     p.add_argument("--kill-grace", type=float, default=5.0)
     p.add_argument("--no-output-stream", action="store_true",
@@ -561,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         request_timeout=args.request_timeout,
         backoff_max=args.backoff_max,
         give_up_after=args.give_up_after or None,
+        unknown_after=args.unknown_after or None,
         poll_interval=args.poll_interval,
         kill_grace=args.kill_grace,
         stream_output=not args.no_output_stream,
