@@ -210,3 +210,15 @@ def test_a_stable_port_is_below_the_ephemeral_range_and_a_plain_one_is_the_kerne
     assert all(10000 <= p < low for p in stable), (stable, low)
     assert len(set(stable)) == 3  # each a free port of its own
     assert plain >= low
+
+
+def test_stable_ports_are_none_of_rays_worker_ports() -> None:
+    """Ray gives its workers and drivers random ports in 10002-19999 (and its client server 10001): a killed
+    manager's port there may be a worker's when it is resumed (its own Ray driver connects first), and the agents
+    cannot reach it any more. Every stable candidate is above that range and below the ephemeral one."""
+    from nnix.services.agent_server import STABLE_FROM, _stable_candidates
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = [p for _ in range(50) for p in _stable_candidates()]
+    assert candidates and STABLE_FROM >= 20000
+    assert all(STABLE_FROM <= p < low for p in candidates), sorted(candidates)[:5]

@@ -41,7 +41,8 @@ FAKE_AGENT = """#!/bin/bash
 # stands in for `python -m nnix.agent ...`: records what it got, starts a "trial" in a session of its own
 d="$(dirname "$0")/out"; mkdir -p "$d"
 setsid sleep 1000 & trial=$!
-printf '%s\\n%s\\n%s\\n' "$trial" "$NNIX_AGENT_TOKEN" "$*" > "$d/$$.tmp" && mv "$d/$$.tmp" "$d/$$"
+cf=; prev=; for a in "$@"; do [ "$prev" = --connect-file ] && cf=$a; prev=$a; done
+printf '%s\\n%s\\n%s\\n' "$trial" "$(cat "$cf" 2>/dev/null)" "$*" > "$d/$$.tmp" && mv "$d/$$.tmp" "$d/$$"
 echo "fake agent: something went wrong" >&2
 [ -f "$(dirname "$0")/exit-code" ] && exit "$(cat "$(dirname "$0")/exit-code")"
 exec sleep 1000
@@ -79,7 +80,7 @@ def _alive(pid: int) -> bool:
 
 
 def _recorded(fake: Path) -> list[tuple[int, int, str, str]]:
-    """``(agent pid, trial pid, token, args)`` of every fake agent started."""
+    """``(agent pid, trial pid, its connect file's text, args)`` of every fake agent started."""
     out = []
     for f in sorted((fake.parent / "out").glob("[0-9]*")):
         if f.suffix:
@@ -134,7 +135,8 @@ def _agents_of(env_ids: set[str]) -> list[int]:
             argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"nnix.agent" in argv and any(e.encode() in argv for e in env_ids) and _alive(int(name)):
+        if b"nnix.agent" in argv and any(f"/envs/{e}/".encode() in a for e in env_ids for a in argv) and _alive(
+                int(name)):
             pids.append(int(name))
     return pids
 
@@ -237,11 +239,15 @@ def test_launch_runs_the_agent_and_stop_kills_it_with_its_trials(tmp_path: Path,
             assert h == "e1-abc123"
             await _until(launcher, h, "running")
             wait_until(lambda: len(_recorded(fake_agent)) == 1, 60.0)
-            ((agent, trial, token, args),) = _recorded(fake_agent)
-            assert token == "s3cret"  # the token comes in the environment...
+            ((agent, trial, connect, args),) = _recorded(fake_agent)
+            connect_file = launcher.log_path(h).with_name("agent.json")
+            # the token comes in its connect file (mode 0600)...
+            assert json.loads(connect) == {"url": "http://127.0.0.1:9", "environment_id": "e1-abc123",
+                                           "token": "s3cret"}
+            assert connect_file.stat().st_mode & 0o777 == 0o600
             assert b"s3cret" not in Path(f"/proc/{agent}/cmdline").read_bytes()  # ...never on the command line
-            assert args.split() == ["-m", "nnix.agent", "--url", "http://127.0.0.1:9", "--environment", "e1-abc123",
-                                    "--poll-interval", "0.1"]
+            assert b"s3cret" not in Path(f"/proc/{agent}/environ").read_bytes()
+            assert args.split() == ["-m", "nnix.agent", "--connect-file", str(connect_file), "--poll-interval", "0.1"]
             assert _alive(agent) and _alive(trial)
             # the agent records itself before it writes to its log: under load the line may come a moment later
             wait_until(lambda: "fake agent: something went wrong" in launcher.log_path(h).read_text(), 30,
@@ -533,6 +539,39 @@ def test_a_killed_managers_private_ray_keeps_its_trials_for_resume(tmp_path: Pat
     wait_until(lambda: _head_gone(head), 60)  # stopped with the experiment: no Ray process left
     assert rayhead.read(exp_dir) is None and not Path(head.temp_dir).exists()
     assert not any(_alive(t.pid) for t in st.trials.values() if t.pid is not None)
+
+
+def test_a_resumed_manager_whose_port_was_taken_points_the_running_agents_at_its_new_one(tmp_path: Path,
+                                                                                         heads: PrivateHeads) -> None:
+    """While the killed manager is away, something else takes its agent port (on a private head: a Ray worker or
+    the resumed manager's own Ray driver, which take random ports in 10002-19999; here a socket that accepts and
+    never answers). The resumed manager listens elsewhere and has each environment's actor point its running
+    agent there: the trials that ran through the crash succeed, every metric once, in the same environments."""
+    import socket
+
+    exp_id, exp_dir, code = _waiting_experiment(tmp_path, "code", trials=3, concurrency=2)
+    first = heads.manager(exp_id, "create", tmp_path / "first.out", **FAST)
+    wait_until(lambda: _running(exp_dir, 2) or first.poll() is not None, 240)
+    assert first.poll() is None, (tmp_path / "first.out").read_text()[-3000:]
+    before = {t.trial_id: t for t in read_state(exp_dir).trials.values() if t.status is TrialStatus.RUNNING}
+    port = json.loads((exp_dir / "cluster.json").read_text())["port"]
+    first.kill()
+    first.wait()
+    taker = socket.socket()
+    try:
+        taker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taker.bind(("127.0.0.1", port))  # the port the agents knew: taken by someone who never answers
+        taker.listen(64)
+        (code / "go").write_text("")
+        second = heads.manager(exp_id, "resume", tmp_path / "second.out", **FAST)
+        assert second.wait(240) == 0, (tmp_path / "second.out").read_text()[-3000:]
+    finally:
+        taker.close()
+    st = read_state(exp_dir)
+    _assert_all_succeeded(st, 3)
+    log = (exp_dir / "log" / "manager.log").read_text()
+    assert f"port {port} of the earlier manager is taken" in log
+    assert {st.trials[t].environment_id for t in before} == {t.environment_id for t in before.values()}
 
 
 def test_each_experiment_has_its_own_head_and_stop_or_done_ends_it(tmp_path: Path, heads: PrivateHeads) -> None:

@@ -118,16 +118,24 @@ class _HttpError(Exception):
         self.message = message
 
 
+STABLE_FROM = 20000
+"""Stable ports start here: Ray gives each of its workers and drivers a random port in 10002-19999 (its
+default ``--min/max-worker-port``; its client server is on 10001), so a port below this could be a worker's
+while a killed manager is away (the resumed manager's own Ray driver takes one before it listens again)."""
+
+
 def _stable_candidates(tries: int = 32) -> list[int]:
     """Ports to try for :attr:`AgentServer.stable_port`: random ones below the kernel's ephemeral range (Linux:
-    ``ip_local_port_range``, 32768-60999 by default), from 10000 up; none where that range leaves no room."""
+    ``ip_local_port_range``, 32768-60999 by default), from :data:`STABLE_FROM` up (from 10000 where that range
+    starts below 21000); none where it leaves no room."""
     low = 32768
     with contextlib.suppress(OSError, ValueError, IndexError):
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    if low <= 11000:
+    start = STABLE_FROM if low > STABLE_FROM + 1000 else 10000
+    if low <= start + 1000:
         return []
     rng = random.Random()
-    return [rng.randrange(10000, low) for _ in range(tries)]
+    return [rng.randrange(start, low) for _ in range(tries)]
 
 
 @dataclass(eq=False, repr=False, kw_only=True)

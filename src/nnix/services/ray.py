@@ -3,7 +3,7 @@
 The actor asks Ray for the resources of one trial (``numCpus``, ``numGpus``, custom ``resources``), so Ray's
 scheduler decides where and when trials run: an environment stays *pending* ("waiting for resources:
 {'CPU': 1}") until a node has room. Once placed, the actor starts the agent (``<pythonExecutable> -m
-nnix.agent ...``, token in ``$NNIX_AGENT_TOKEN``); the agent connects back to the manager and runs trials
+nnix.agent --connect-file ...``); the agent connects back to the manager and runs trials
 (one after another in reuse mode, one in non-reuse mode). When the agent exits, the actor reports its exit
 status and is released, which frees its resources for the next environment. Everything else (trials,
 metrics, kill) is the shared part in :mod:`nnix.services.cluster`.
@@ -38,7 +38,11 @@ Storage: trials run in ``trialCodeDirectory`` and write to ``<workingDirectory>/
 (default ``<experiment dir>/ray``), at the same paths on every node. On a single machine that just works;
 on a multi-node cluster both must be shared storage (NFS and the like) mounted at the same path.
 The token reaches the actor as an argument of one actor call (never in the actor's creation arguments or
-its runtime environment, which Ray keeps in its control store).
+its runtime environment, which Ray keeps in its control store); the actor writes it with the manager's address to
+the agent's connect file ``envs/<environment id>/agent.json`` (mode 0600, on the node), which the agent reads again
+at each reconnection. A resumed manager calls ``start`` again with its own address: when the port of the earlier
+manager was taken meanwhile (Ray gives each worker and driver a random port in 10002-19999, any process may hold
+one) it listens elsewhere, and the actor points the running agent there.
 """
 
 from __future__ import annotations
@@ -112,7 +116,34 @@ def _actor_class() -> type:
 
                 threading.Thread(target=orphaned, daemon=True).start()
 
-        def start(self, argv: list[str], env: dict[str, str], log_path: str, grace: float) -> dict[str, Any]:
+        def _point(self, connect: dict[str, str] | None) -> bool:
+            """Write the agent's connect file (``connect``: its ``path`` and ``url``, ``environment_id``, ``token``;
+            mode 0600, replaced whole); False when it already said that."""
+            import json
+            import os
+
+            if not connect:
+                return False
+            path = connect["path"]
+            data = json.dumps({k: v for k, v in connect.items() if k != "path"}, sort_keys=True)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    if f.read() == data:
+                        return False
+            except OSError:
+                pass
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            return True
+
+        def start(self, argv: list[str], env: dict[str, str], log_path: str, grace: float,
+                  connect: dict[str, str] | None = None) -> dict[str, Any]:
+            """Start the agent (``argv``) once; called again (a resumed manager), it only points the running agent
+            at ``connect``'s address (a manager whose earlier port was taken listens elsewhere)."""
             import json
             import os
             import socket
@@ -121,10 +152,16 @@ def _actor_class() -> type:
 
             with self._lock:
                 if self._started.is_set():
+                    if not self._done.is_set():  # the agent reads it again at its next try
+                        try:
+                            self._point(connect)
+                        except OSError:
+                            pass
                     return self._info
                 try:
                     os.makedirs(os.path.dirname(log_path), exist_ok=True)
                     self._log = log_path
+                    self._point(connect)
                     ctl_r, ctl_w = os.pipe()
                     st_r, st_w = os.pipe()
                     full = dict(os.environ)
@@ -749,6 +786,15 @@ class RayLauncher:
             return str(self._ray.util.get_node_ip_address())
         return None
 
+    def _agent(self, request: EnvRequest) -> tuple[list[str], dict[str, str]]:
+        """The agent's command line and what its actor writes to its connect file (the manager's address and the
+        token: a resumed manager listening elsewhere has the actor write its new address there)."""
+        connect = {"path": str(self.log_path(request.env_id).with_name("agent.json")), "url": request.url,
+                   "environment_id": request.env_id, "token": request.token}
+        argv = [self._python, "-m", "nnix.agent", "--connect-file", connect["path"],
+                *(["--single"] if request.single else []), *request.agent_options]
+        return argv, connect
+
     async def launch(self, request: EnvRequest) -> str:
         if self._cls is None or self._loop is None or self._head_lock is None:
             raise ServiceError("the ray launcher was not prepared")
@@ -767,7 +813,7 @@ class RayLauncher:
         assert self._cls is not None
         handle = request.env_id
         log_path = str(self.log_path(handle))
-        argv = [self._python, *request.agent_args()]
+        argv, connect = self._agent(request)
 
         def submit() -> _Actor:
             # every manager that takes the actor over keeps one `wait` call running in it for the agent's life (a
@@ -782,7 +828,7 @@ class RayLauncher:
                 opts["runtime_env"] = self._runtime_env
             opts["lifetime"] = "detached"  # it outlives a killed manager: a resumed one takes it over
             actor = self._cls.options(**opts).remote(True)
-            started = actor.start.remote(argv, request.agent_env(), log_path, self._kill_grace)
+            started = actor.start.remote(argv, {}, log_path, self._kill_grace, connect)
             done = actor.wait.remote()
             return _Actor(handle, actor, started.future(), done.future())
 
@@ -858,14 +904,14 @@ class RayLauncher:
             return None
         ray = self._ray
         log_path = str(self.log_path(request.env_id))
-        argv = [self._python, *request.agent_args()]
+        argv, connect = self._agent(request)
 
         def find() -> _Actor | None:
             try:
                 actor = ray.get_actor(request.env_id, namespace=self._namespace)
             except ValueError:
                 return None
-            started = actor.start.remote(argv, request.agent_env(), log_path, self._kill_grace)
+            started = actor.start.remote(argv, {}, log_path, self._kill_grace, connect)
             return _Actor(request.env_id, actor, started.future(), actor.wait.remote().future())
 
         rec = await asyncio.to_thread(find)
