@@ -185,3 +185,36 @@ def test_a_lock_file_that_is_a_fifo_or_link_does_not_hang_a_reader(tmp_path: Pat
     assert read_lock_holder(tmp_path) is None
     with pytest.raises(NnixError, match="cannot open the manager lock"):
         ManagerLock.acquire(tmp_path, "exp1", "resume")
+
+
+def test_a_lock_still_held_by_a_manager_that_reads_as_gone_is_waited_for(tmp_path: Path) -> None:
+    """A manager killed with kill -9 reads as gone (a zombie) while its other threads still hold its files, the
+    lock among them: a start right after waits for it (a resume after kill -9 failed 'already has a manager' on a
+    loaded machine); with no patience it is refused."""
+    import subprocess
+    import sys
+
+    from nnix.errors import ExperimentBusyError
+    from nnix.home import LOCK_FILE, ManagerLock
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    code = ("import os, sys, time\nfrom pathlib import Path\nfrom nnix.home import ManagerLock, LOCK_FILE\n"
+            "lock = ManagerLock.acquire(Path(sys.argv[1]), 'x', 'resume')\n"
+            f"os.pwrite(lock._fd, b'{{\"pid\": {gone.pid}}}'.ljust(200), 0)\n"
+            "print('held', flush=True)\nsys.stdin.readline()\ntime.sleep(0.5)\n")
+    dying = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert dying.stdout is not None and dying.stdin is not None
+    try:
+        assert dying.stdout.readline() == "held\n"
+        assert str(gone.pid) in (tmp_path / LOCK_FILE).read_text()
+        with pytest.raises(ExperimentBusyError, match="already has a manager"):
+            ManagerLock.acquire(tmp_path, "exp1", "resume", patience=0)
+        dying.stdin.write("go\n")
+        dying.stdin.flush()  # it lets go half a second later
+        with ManagerLock.acquire(tmp_path, "exp1", "resume", patience=60):
+            pass
+    finally:
+        dying.kill()
+        dying.wait(30)

@@ -123,6 +123,7 @@ def pid_alive(pid: int | None) -> bool:
 
 
 LOCK_FILE = "manager.lock"
+LOCK_PATIENCE = 10.0  # seconds a start waits for a lock whose holder is not known alive (see ManagerLock.acquire)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,22 @@ class ManagerLock:
         self._holder = LockHolder(os.getpid())
 
     @classmethod
-    def acquire(cls, exp_dir: Path, exp_id: str, action: str) -> ManagerLock:
+    def acquire(cls, exp_dir: Path, exp_id: str, action: str, patience: float = LOCK_PATIENCE) -> ManagerLock:
+        """Take the lock, or raise :class:`ExperimentBusyError` naming a live holder at once. A holder that is not
+        (or no longer) known alive is waited for, up to ``patience`` seconds: a manager killed with ``kill -9``
+        reads as gone (a zombie) while its other threads still hold its files, and so the lock, for a moment
+        (longer on a loaded machine); one that has just taken the lock has not written its pid yet."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                return cls._try(exp_dir, exp_id, action)
+            except ExperimentBusyError:
+                if read_lock_holder(exp_dir) is not None or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.02)
+
+    @classmethod
+    def _try(cls, exp_dir: Path, exp_id: str, action: str) -> ManagerLock:
         path = exp_dir / LOCK_FILE
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
