@@ -85,8 +85,8 @@ def test_the_bounds_are_the_documented_ones() -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["update", "concurrency", "X", "-v", "10001"], "less than or equal to 10000"),
-        (["update", "trialnum", "X", "-v", "1000000000"], "less than or equal to 999999999"),
+        (["update", "concurrency", "X", "-v", "10001"], "10001 is not in the range 1<=x<=10000"),
+        (["update", "trialnum", "X", "-v", "1000000000"], "1000000000 is not in the range 1<=x<=999999999"),
         (["update", "duration", "X", "-v", "3651d"], "at most 315360000s"),
     ],
 )
