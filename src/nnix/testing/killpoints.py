@@ -67,11 +67,15 @@ def hooked(base: type[Any], point: str, marker: Path) -> type[Any]:
                 return handle
 
             self.launcher.launch = launch
+            handler = self.placement  # what hears from the agents (nnix.services.cluster.Placement)
+            real_hello = handler.on_hello
 
-        def on_hello(self, environment_id: str, hello: Any) -> None:
-            if point == "hello":
-                _freeze(marker)
-            super().on_hello(environment_id, hello)
+            def on_hello(environment_id: str, hello: Any) -> None:
+                if point == "hello":
+                    _freeze(marker)
+                real_hello(environment_id, hello)
+
+            handler.on_hello = on_hello
 
     Hooked.__name__ = Hooked.__qualname__ = f"Hooked{base.__name__}"
     return Hooked
