@@ -323,3 +323,69 @@ def test_an_environment_submitted_but_not_yet_recorded_by_a_killed_manager_is_ta
     finally:  # (a failure must not leave its agent retrying for a day)
         for handle in _alive(launcher):
             launcher.kill(handle, "the test is over")
+
+
+class _AdoptAfterHello(_FindingLauncher):
+    """Its ``adopt`` (the engine asked, at resume) answers only once an agent has said hello to the resumed manager:
+    an engine slow to answer (Ray under load), its agents quick to reconnect."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow = False
+        self.greeted = False
+        self.gate: Path | None = None  # opened once it answers (the trial still runs at the agent's hello)
+
+    async def adopt(self, request: Any, handle: str | None) -> str | None:
+        import asyncio
+
+        deadline = time.monotonic() + 30
+        while self.slow and not self.greeted and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self.gate is not None:
+            self.gate.touch()
+        return await super().adopt(request, handle)
+
+
+class _HelloHeard(ProcessClusterService):
+    """Tells its launcher (an :class:`_AdoptAfterHello`) when an agent said hello."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        launcher = self.launcher
+        placement: Any = self.placement  # what hears from the agents
+        real = placement.on_hello
+
+        def on_hello(environment_id: str, hello: Any) -> None:
+            real(environment_id, hello)
+            if isinstance(launcher, _AdoptAfterHello):
+                launcher.greeted = True
+
+        placement.on_hello = on_hello
+
+
+def test_an_agent_saying_hello_while_the_resumed_manager_asks_the_engine_keeps_its_trial(tmp_path: Path) -> None:
+    """The resumed manager listens (with the recorded tokens) before it has asked the engine about the recorded
+    environments; an agent that reconnects meanwhile reports the trial it runs, which the manager has not
+    re-attached yet: that trial is the experiment's, not a stray to kill (it was killed and FAILED: a flake
+    under load of the Ray kill chain)."""
+    launcher = _AdoptAfterHello()
+    gate = tmp_path / "go-on"
+    exp_dir = _experiment(tmp_path, concurrency=1, trials=1, steps=30, step_s=0.02, gate=(5, gate))
+
+    def running() -> bool:
+        trials = read_state(exp_dir).trials.values()
+        return len(trials) == 1 and all(t.status is TrialStatus.RUNNING and t.intermediate for t in trials)
+
+    try:
+        detach_when(exp_dir, running, service_class=_HelloHeard, launcher=launcher, **FAST)
+        launcher.slow, launcher.gate, launcher.greeted = True, gate, False
+        st = run_experiment(exp_dir, "resume", timeout=60, service_class=_HelloHeard, launcher=launcher, **FAST)
+        assert launcher.greeted
+        assert st.status is ExperimentStatus.DONE, st.message
+        (t,) = st.trials.values()
+        assert t.status is TrialStatus.SUCCEEDED, t.message
+        assert [m.sequence for m in t.intermediate] == list(range(30))
+        assert len(launcher.launched) == 1  # taken over, not restarted
+    finally:
+        for handle in _alive(launcher):
+            launcher.kill(handle, "the test is over")

@@ -227,6 +227,9 @@ class Engines(Fleet[EngineEnv, EngineTrial]):
             env = EngineEnv(str(env_id), ep, bool(info.get("single")), launched_at=self._clock(), state="pending",
                        handle=str(handle) if handle else None, adopted=True)
             self._envs[env.env_id] = env
+        # unsettled from here: their agents may say hello while the engine is asked (it listens already), with trials
+        # the manager has not re-attached yet, not strays to kill
+        self._settled = not self._envs
         await self._adopt_recorded()
         if self._envs:
             log.info("%d %s environment(s) of the earlier manager may reconnect", len(self._envs), self.platform)
