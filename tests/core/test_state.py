@@ -19,6 +19,7 @@ from nnix.core.events import (
 from nnix.core.state import fold
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.store.base import Store, Stored
+from nnix.testing.experiments import busy_log
 
 
 def _log(*pairs: tuple[float, object]) -> list[Stored]:
@@ -102,27 +103,6 @@ def test_elapsed_counts_sessions_not_downtime() -> None:
 
 # --- helpers of the fold's tests below (the snapshot's tests: tests/query/test_snapshot.py) ----------------
 
-def _busy_log(store: Store, trials: range) -> None:
-    from nnix.core.events import DataImported, TrialRequeued, TrialWarning
-
-    for i in trials:
-        tid = f"t{i}"
-        store.append([TrialCreated(tid, i, i, {"x": i}),
-                      TrialStarted(tid, "local-env", f"/tmp/{tid}", 100 + i, "s", (0,))])
-        store.append([MetricReported(tid, MetricType.PERIODICAL, k,
-                                     {"default": k * 0.5, "o": [k]} if k % 2 else k * 1.0, k, i) for k in range(4)])
-        if i % 3 == 0:  # a requeue drops the first attempt's series; a resent line lands at its place
-            store.append([TrialRequeued(tid, "host lost"), TrialStarted(tid, "local-env", f"/tmp/{tid}", 7, "s")])
-            store.append([MetricReported(tid, MetricType.PERIODICAL, 0, 9.0, 0, i),
-                          MetricReported(tid, MetricType.PERIODICAL, 2, float("nan"), 2, i),
-                          TrialWarning(tid, "metrics", "line 3: bad", 1, 3),
-                          MetricReported(tid, MetricType.PERIODICAL, 1, 8.0, 1, i)])
-        if i % 4 != 1:  # some stay running: their series stays held and goes into the snapshot
-            store.append([MetricReported(tid, MetricType.FINAL, 0, float(i), 9, i),
-                          TrialEnded(tid, TrialStatus.SUCCEEDED, 0)])
-    store.append([DataImported([{"parameter": {"x": 1}, "value": 0.5}]), StatusChanged(ExperimentStatus.RUNNING)])
-
-
 def _started(store: Store) -> None:
     store.append([ExperimentCreated("e1", CONFIG, 7), ManagerStarted(1, "create", 8080),
                   StatusChanged(ExperimentStatus.RUNNING)])
@@ -183,7 +163,7 @@ def test_the_overview_totals_kept_by_the_fold_are_those_counted_from_its_trials(
 
     store = SqliteStore(f"{tmp_path}/s.sqlite")
     _started(store)
-    _busy_log(store, range(0, 14))
+    busy_log(store, range(0, 14))
     store.append([TrialCreated("d", 50, 50, {"x": 1, "y": 2}), TrialStarted("d", "local-env", "/tmp/d"),
                   MetricReported("d", MetricType.FINAL, 0, {"default": 5.5, "acc": 0.1}, 0, 50)])
     state = snap_mod.fold_store(store)
@@ -206,7 +186,7 @@ def test_a_snapshot_holds_the_totals_and_an_older_one_without_them_still_opens(t
 
     store = SqliteStore(f"{tmp_path}/s.sqlite")
     _started(store)
-    _busy_log(store, range(0, 12))
+    busy_log(store, range(0, 12))
     full = snap_mod.fold_store(store)
     snap_mod.write_snapshot(store, full)
     loaded = snap_mod.fold_store(store)
@@ -247,7 +227,7 @@ def test_the_live_trials_and_status_counts_kept_by_the_fold_are_those_of_its_tri
 
     store = SqliteStore(f"{tmp_path}/s.sqlite")
     _started(store)
-    _busy_log(store, range(0, 14))  # t1, t5, t9, t13 stay running; the others succeed
+    busy_log(store, range(0, 14))  # t1, t5, t9, t13 stay running; the others succeed
     store.append([TrialCreated("w", 40, 40, {"x": 0}),  # waits
                   TrialCreated("f", 41, 41, {"x": 1}), TrialStarted("f", "local-env", "/tmp/f"),
                   TrialEnded("f", TrialStatus.FAILED, 1), TrialEnded("t5", TrialStatus.USER_CANCELED, None),

@@ -14,9 +14,7 @@ from nnix.core.events import (
     ManagerStarted,
     MetricReported,
     StatusChanged,
-    TrialCreated,
     TrialEnded,
-    TrialStarted,
 )
 from nnix.core.state import ExperimentState, fold
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
@@ -24,6 +22,7 @@ from nnix.query import Query, open_state
 from nnix.query.snapshot import SNAPSHOT_VERSION, TrialTable
 from nnix.store.base import Store, Stored
 from nnix.store.sqlite import SqliteStore
+from nnix.testing.experiments import busy_log
 
 FIXTURE = Path(__file__).parent / "fixtures" / "v3_store.sqlite"
 CONFIG = {"trial_concurrency": 2, "max_trial_number": 5, "search_space": {"x": {"_type": "choice", "_value": [1]}},
@@ -49,27 +48,6 @@ def _canon(state: object) -> dict[str, object]:
     return out
 
 
-def _busy_log(store: Store, trials: range) -> None:
-    from nnix.core.events import DataImported, TrialRequeued, TrialWarning
-
-    for i in trials:
-        tid = f"t{i}"
-        store.append([TrialCreated(tid, i, i, {"x": i}),
-                      TrialStarted(tid, "local-env", f"/tmp/{tid}", 100 + i, "s", (0,))])
-        store.append([MetricReported(tid, MetricType.PERIODICAL, k,
-                                     {"default": k * 0.5, "o": [k]} if k % 2 else k * 1.0, k, i) for k in range(4)])
-        if i % 3 == 0:  # a requeue drops the first attempt's series; a resent line lands at its place
-            store.append([TrialRequeued(tid, "host lost"), TrialStarted(tid, "local-env", f"/tmp/{tid}", 7, "s")])
-            store.append([MetricReported(tid, MetricType.PERIODICAL, 0, 9.0, 0, i),
-                          MetricReported(tid, MetricType.PERIODICAL, 2, float("nan"), 2, i),
-                          TrialWarning(tid, "metrics", "line 3: bad", 1, 3),
-                          MetricReported(tid, MetricType.PERIODICAL, 1, 8.0, 1, i)])
-        if i % 4 != 1:  # some stay running: their series stays held and goes into the snapshot
-            store.append([MetricReported(tid, MetricType.FINAL, 0, float(i), 9, i),
-                          TrialEnded(tid, TrialStatus.SUCCEEDED, 0)])
-    store.append([DataImported([{"parameter": {"x": 1}, "value": 0.5}]), StatusChanged(ExperimentStatus.RUNNING)])
-
-
 def _started(store: Store) -> None:
     store.append([ExperimentCreated("e1", CONFIG, 7), ManagerStarted(1, "create", 8080),
                   StatusChanged(ExperimentStatus.RUNNING)])
@@ -83,11 +61,11 @@ def test_a_snapshot_plus_the_events_after_it_is_the_full_fold(tmp_path: Path, mo
     monkeypatch.setattr(state_mod, "HOLD_ENDED_METRICS", 10)  # most ended trials' series go to the store
     store = SqliteStore(f"{tmp_path}/s.sqlite")
     _started(store)
-    _busy_log(store, range(0, 12))
+    busy_log(store, range(0, 12))
     first = snap_mod.fold_store(store)
     assert sum(t.held is None for t in first.trials.values()) >= 5  # dropped, served by the store
     snap_mod.write_snapshot(store, first)
-    _busy_log(store, range(12, 20))
+    busy_log(store, range(12, 20))
     store.append([TrialEnded("t1", TrialStatus.FAILED, 1, "late")])  # a trial held in the snapshot ends after it
 
     replayed: list[int] = []
@@ -116,7 +94,7 @@ def test_a_snapshot_that_does_not_match_is_rebuilt_from_the_log(tmp_path: Path, 
 
     store = SqliteStore(tmp_path / "s.sqlite")
     _started(store)
-    _busy_log(store, range(0, 6))
+    busy_log(store, range(0, 6))
     good = snap_mod.fold_store(store)
     lie = state_mod.fold(store.read()[:-8])  # an older state: trusting it at the head's seq would lose events
     lie.last_seq = good.last_seq
@@ -157,7 +135,7 @@ def test_a_damaged_piece_of_a_snapshot_part_is_found_when_read_and_its_trials_re
     monkeypatch.setattr(sqlite_mod, "PART_CHUNK", 64)
     store = SqliteStore(tmp_path / "s.sqlite")
     _started(store)
-    _busy_log(store, range(0, 12))
+    busy_log(store, range(0, 12))
     snap_mod.write_snapshot(store, snap_mod.fold_store(store))
     db = sqlite3.connect(tmp_path / "s.sqlite")
     chunks = db.execute("SELECT n, body FROM snapshot_chunk ORDER BY n").fetchall()
@@ -200,7 +178,7 @@ def test_a_snapshot_part_is_read_only_where_a_trial_is(tmp_path: Path, monkeypat
     monkeypatch.setattr(sqlite_mod, "PART_CHUNK", 256)
     store = SqliteStore(tmp_path / "s.sqlite")
     _started(store)
-    _busy_log(store, range(0, 40))
+    busy_log(store, range(0, 40))
     store.append([TrialEnded(f"t{i}", TrialStatus.FAILED, 1) for i in range(1, 40, 4)])
     snap_mod.write_snapshot(store, snap_mod.fold_store(store))
     read: list[int] = []
@@ -236,13 +214,14 @@ def test_kill_9_during_a_snapshot_write_keeps_the_last_one_and_loses_no_event(tm
     code = (
         "import os, signal, sys\n"
         "sys.path.insert(0, sys.argv[2])\n"
-        "from test_snapshot import _busy_log, _started\n"
+        "from test_snapshot import _started\n"
+        "from nnix.testing.experiments import busy_log\n"
         "from nnix.query.snapshot import fold_store, write_snapshot\n"
         "from nnix.store.sqlite import SqliteStore\n"
         "s = SqliteStore(sys.argv[1])\n"
-        "_started(s); _busy_log(s, range(0, 5))\n"
+        "_started(s); busy_log(s, range(0, 5))\n"
         "write_snapshot(s, fold_store(s))\n"
-        "_busy_log(s, range(5, 9))\n"
+        "busy_log(s, range(5, 9))\n"
         "s._db.execute('BEGIN IMMEDIATE')\n"
         "s._db.execute('UPDATE snapshot SET seq = seq + 1, body = x\\'00\\'')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -265,7 +244,7 @@ def _snapshotted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Store
 
     store = SqliteStore(tmp_path / "s.sqlite")
     _started(store)
-    _busy_log(store, range(0, 20))
+    busy_log(store, range(0, 20))
     snap_mod.write_snapshot(store, snap_mod.fold_store(store))
     built: list[str] = []
     real = snap_mod._trial

@@ -15,7 +15,18 @@ from nnix.core.manager import ExperimentManager
 from nnix.core.state import ExperimentState
 from nnix.home import read_state
 from nnix.host.build import build_manager, create
-from nnix.model.status import ExperimentStatus
+from nnix.model.events import (
+    DataImported,
+    MetricReported,
+    StatusChanged,
+    TrialCreated,
+    TrialEnded,
+    TrialRequeued,
+    TrialStarted,
+    TrialWarning,
+)
+from nnix.model.status import ExperimentStatus, MetricType, TrialStatus
+from nnix.store.base import Store
 
 
 def make_experiment(code_dir: Path, **fields: Any) -> tuple[str, Path]:
@@ -78,3 +89,26 @@ def detach_when(exp_dir: Path, cond: Callable[[], bool], timeout: float = 120.0,
     finally:
         loop.call_soon_threadsafe(task.cancel)
         th.join(60)
+
+
+def busy_log(store: Store, trials: range) -> None:
+    """Append a busy experiment's events for ``trials`` (t0, t1, ...): started trials with dict and plain
+    intermediate results, every third requeued (its first attempt's series dropped, a resent line landing at its
+    place, a NaN, a warning), every fourth from t1 left running (its series held), the others SUCCEEDED with a
+    final result; then an import and RUNNING. The fold's and the snapshot's tests compare states made of it."""
+    for i in trials:
+        tid = f"t{i}"
+        store.append([TrialCreated(tid, i, i, {"x": i}),
+                      TrialStarted(tid, "local-env", f"/tmp/{tid}", 100 + i, "s", (0,))])
+        store.append([MetricReported(tid, MetricType.PERIODICAL, k,
+                                     {"default": k * 0.5, "o": [k]} if k % 2 else k * 1.0, k, i) for k in range(4)])
+        if i % 3 == 0:  # a requeue drops the first attempt's series; a resent line lands at its place
+            store.append([TrialRequeued(tid, "host lost"), TrialStarted(tid, "local-env", f"/tmp/{tid}", 7, "s")])
+            store.append([MetricReported(tid, MetricType.PERIODICAL, 0, 9.0, 0, i),
+                          MetricReported(tid, MetricType.PERIODICAL, 2, float("nan"), 2, i),
+                          TrialWarning(tid, "metrics", "line 3: bad", 1, 3),
+                          MetricReported(tid, MetricType.PERIODICAL, 1, 8.0, 1, i)])
+        if i % 4 != 1:  # some stay running: their series stays held and goes into the snapshot
+            store.append([MetricReported(tid, MetricType.FINAL, 0, float(i), 9, i),
+                          TrialEnded(tid, TrialStatus.SUCCEEDED, 0)])
+    store.append([DataImported([{"parameter": {"x": 1}, "value": 0.5}]), StatusChanged(ExperimentStatus.RUNNING)])
