@@ -367,6 +367,15 @@ def _read(node: Verb | Group, path: str, args: list[str]) -> tuple[dict[str, obj
 
     positionals: list[str] = []
     i = 0
+
+    def following(name: str) -> str:
+        """The value of ``name`` given as the next argument (``--opt value``, ``-o value``)."""
+        nonlocal i
+        if i == len(args):
+            fail(node, path, f"Option '{name}' requires an argument.")
+        i += 1
+        return args[i - 1]
+
     while i < len(args):
         arg = args[i]
         i += 1
@@ -381,12 +390,7 @@ def _read(node: Verb | Group, path: str, args: list[str]) -> tuple[dict[str, obj
                     fail(node, path, f"Option '{name}' does not take a value.")
                 given(opt, name, True)
                 continue
-            if not eq:
-                if i == len(args):
-                    fail(node, path, f"Option '{name}' requires an argument.")
-                value = args[i]
-                i += 1
-            given(opt, name, value)
+            given(opt, name, value if eq else following(name))
         elif arg.startswith("-") and len(arg) > 1:
             j = 1
             while j < len(arg):
@@ -396,13 +400,7 @@ def _read(node: Verb | Group, path: str, args: list[str]) -> tuple[dict[str, obj
                 if opt is None or opt.kind == FLAG:
                     given(opt, name, True)
                     continue
-                value = arg[j:]
-                if not value:
-                    if i == len(args):
-                        fail(node, path, f"Option '{name}' requires an argument.")
-                    value = args[i]
-                    i += 1
-                given(opt, name, value)
+                given(opt, name, arg[j:] or following(name))
                 break
         elif isinstance(node, Group):
             positionals = args[i - 1:]
