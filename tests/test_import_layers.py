@@ -189,3 +189,20 @@ def test_the_read_side_is_read_only_through_its_interface() -> None:
     assert not inside, f"these import the read side's internals (use nnix.query's interface): {inside}"
     readers = {source for source, target, _ in _all_imports() if target == "nnix.query"}
     assert {"nnix.api", "nnix.home", "nnix.host"} <= readers  # (the check sees who reads through it)
+
+
+# The words services, agents and the manager share about trials (README, architecture) are leaf data in nnix.model.runs:
+# no module names them through the process runner (nnix.agent.runner) any more
+SHARED_WORDS = frozenset({"TrialSpec", "Started", "Metrics", "Exited", "Output", "Requeued", "RunnerEvent"})
+
+
+def test_the_words_services_and_the_manager_share_come_from_the_model() -> None:
+    through_runner = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "nnix.agent.runner":
+                through_runner += [f"{_module_name(path)}: {a.name}" for a in node.names if a.name in SHARED_WORDS]
+    assert not through_runner, f"import these from nnix.model.runs: {through_runner}"
+    import nnix.model.runs as runs
+
+    assert set(runs.__all__) >= SHARED_WORDS

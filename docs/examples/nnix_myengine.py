@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from nnix.agent.runner import TrialSpec
 from nnix.config.services import ClusterCommonConfig
 from nnix.errors import ServiceError
+from nnix.model.runs import TrialSpec
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
 

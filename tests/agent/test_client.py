@@ -18,7 +18,8 @@ import pytest
 
 from nnix.agent.client import EXIT_OK, EXIT_TOKEN, EXIT_VERSION, AgentClient, ConnectSettings
 from nnix.agent.protocol import Attach, Hello, Kill, Message, Run, Shutdown
-from nnix.agent.runner import Exited, Metrics, Started, TrialSpec, _group_alive
+from nnix.agent.runner import _group_alive
+from nnix.model.runs import Exited, Metrics, Started, TrialSpec
 from nnix.services.agent_server import AgentServer
 from nnix.testing import wait_until_async
 

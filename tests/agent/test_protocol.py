@@ -14,7 +14,7 @@ from nnix.agent.protocol import (
     encode,
     versions_compatible,
 )
-from nnix.agent.runner import Exited, Metrics, Started, TrialSpec
+from nnix.model.runs import Exited, Metrics, Started, TrialSpec
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_version_rule_compares_integers(a: str, b: str, ok: bool) -> None:
 
 def test_metrics_rejections_travel_and_bad_numbers_are_refused() -> None:
     from nnix.agent.protocol import ProtocolError, decode, encode
-    from nnix.agent.runner import Exited, Metrics
+    from nnix.model.runs import Exited, Metrics
 
     m = Metrics("t1", [(0, {"type": "FINAL", "value": 1})], [(1, "not valid JSON")], 3, 4)
     assert decode(encode(m, 1)) == (1, m)

@@ -10,16 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nnix.agent.runner import (
-    CHANNEL_DIRNAME,
-    Exited,
-    Metrics,
-    RunnerEvent,
-    Started,
-    TrialRunner,
-    TrialSpec,
-    read_exit_code,
-)
+from nnix.agent.runner import CHANNEL_DIRNAME, TrialRunner, read_exit_code
+from nnix.model.runs import Exited, Metrics, RunnerEvent, Started, TrialSpec
 from nnix.testing import wait_until_async
 
 

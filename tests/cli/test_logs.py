@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from nnix.agent.runner import TrialSpec
 from nnix.core.events import StatusChanged, TrialCreated, TrialEnded
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.home import STORE_NAME, Registry, read_state
+from nnix.model.runs import TrialSpec
 from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until
 from nnix.testing.cluster import ProcessClusterService, ProcessLauncher

@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from nnix.agent.runner import Metrics
 from nnix.api.app import create_app
 from nnix.core.events import TrialCreated, TrialStarted
 from nnix.core.state import ExperimentState, TrialState
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.home import read_state
+from nnix.model.runs import Metrics
 from nnix.testing import FakeMachine, FakeService, Outcome, wait_until, wait_until_async
 from nnix.testing.experiments import detach_when, make_experiment, manager_for, run_experiment
 from nnix.testing.fakeservice import params, sequence_id

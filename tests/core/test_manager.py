@@ -14,11 +14,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from nnix.agent.runner import Metrics, committed
+from nnix.agent.runner import committed
 from nnix.core.events import MetricReported, TrialCreated, TrialStarted
 from nnix.core.manager import ServiceEvents
 from nnix.core.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.home import STORE_NAME
+from nnix.model.runs import Metrics
 from nnix.query import StoreReader
 from nnix.store.sqlite import SqliteStore
 from nnix.testing import FakeMachine, FakeService, Outcome, wait_until_async

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nnix.agent.protocol import Hello, Kill, Message, encode
-from nnix.agent.runner import Metrics
+from nnix.model.runs import Metrics
 from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.testing import wait_until_async
 

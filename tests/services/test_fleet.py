@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nnix.agent.protocol import Attach, Hello, Kill, Message, Shutdown, decode
-from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, Started, TrialSpec
+from nnix.model.runs import Exited, Metrics, Requeued, RunnerEvent, Started, TrialSpec
 from nnix.services.agent_server import Endpoint
 from nnix.services.fleet import Fleet, FleetEnv, FleetTrial, StartFailed
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.config import HybridConfig, parse_config
 from nnix.core.status import ExperimentStatus, TrialStatus
 from nnix.errors import ConfigError, ServiceError
+from nnix.model.runs import Exited, RunnerEvent, Started, TrialSpec
 from nnix.services.hybrid import HybridService
 from nnix.testing.experiments import make_experiment, run_experiment
 from nnix.testing.spaces import UNIT as SPACE

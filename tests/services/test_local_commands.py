@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from nnix.agent.runner import Exited, RunnerEvent, TrialSpec
+from nnix.model.runs import Exited, RunnerEvent, TrialSpec
 from nnix.services.local import LocalService
 from nnix.testing import wait_until_async
 from nnix.testing.gpu import DescribedInventory

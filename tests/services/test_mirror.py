@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from nnix.agent import runner as runner_mod
-from nnix.agent.runner import Exited, Output, RunnerEvent, TrialRunner, TrialSpec
+from nnix.agent.runner import TrialRunner
 from nnix.home import trial_files_dir
+from nnix.model.runs import Exited, Output, RunnerEvent, TrialSpec
 from nnix.services.mirror import OutputMirror, mirror_dir
 from nnix.testing import wait_until_async
 

@@ -181,7 +181,7 @@ def test_config_fields_and_defaults(tmp_path: Path) -> None:
 
 
 def _spec(tmp_path: Path) -> Any:
-    from nnix.agent.runner import TrialSpec
+    from nnix.model.runs import TrialSpec
 
     return TrialSpec("T1", "python3 t.py", tmp_path, tmp_path / "out", {})
 

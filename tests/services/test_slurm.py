@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from nnix.agent.runner import TrialSpec
 from nnix.config import ExperimentConfig, SlurmConfig, parse_config
 from nnix.core.status import ExperimentStatus, MetricType, TrialStatus
 from nnix.errors import ConfigError, ServiceError
 from nnix.home import read_state
+from nnix.model.runs import TrialSpec
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.slurm import SlurmLauncher, describe_state, job_script

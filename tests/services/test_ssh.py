@@ -10,9 +10,9 @@ from typing import Any, cast
 import pytest
 
 from nnix.agent.protocol import Hello, Message
-from nnix.agent.runner import TrialSpec
 from nnix.config import RemoteMachineConfig
 from nnix.errors import ServiceError
+from nnix.model.runs import TrialSpec
 from nnix.services.agent_server import AgentServer
 from nnix.services.cluster import EnvRequest, EnvStatus, Launcher
 from nnix.services.launcher import HostLauncher

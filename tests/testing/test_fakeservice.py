@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.errors import ServiceError
+from nnix.model.runs import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.services.base import TrainingService
 from nnix.testing import FakeMachine, FakeService, Outcome
 from nnix.testing.fakeservice import FAKE_PID_BASE, params, sequence_id

@@ -59,8 +59,9 @@ from nnix.agent.protocol import (
     decode,
     encode,
 )
-from nnix.agent.runner import Exited, Requeued, RunnerEvent, TrialRunner
+from nnix.agent.runner import TrialRunner
 from nnix.errors import ServiceError
+from nnix.model.runs import Exited, Requeued, RunnerEvent
 from nnix.version import __version__
 
 __all__ = ["AgentClient", "ConnectSettings", "host_resources", "load_settings"]

@@ -9,7 +9,8 @@ import logging
 from pathlib import Path
 
 from nnix.agent.protocol import Attach, Kill, Run
-from nnix.agent.runner import CHANNEL_DIRNAME, Started, TrialRunner
+from nnix.agent.runner import CHANNEL_DIRNAME, TrialRunner
+from nnix.model.runs import Started
 
 _log = logging.getLogger("nnix.agent")
 

@@ -11,7 +11,7 @@ agent → manager   ``hello`` (version, environment, resources, trials it still 
                   ``started``, ``metrics``, ``exited`` (the runner's events), ``heartbeat``,
                   ``output`` (a chunk of a trial's stdout/stderr at a byte offset, streamed while it
                   runs; agents started with ``--no-output-stream`` send none)
-manager → agent   ``run`` (a :class:`~nnix.agent.runner.TrialSpec`), ``attach`` (watch a trial that
+manager → agent   ``run`` (a :class:`~nnix.model.runs.TrialSpec`), ``attach`` (watch a trial that
                   an earlier agent started: it outlived that agent), ``kill``, ``shutdown``
 
 ``hello`` opens (and, after a network cut, re-opens) a session; it is not part of the numbered stream
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nnix.agent.channel import REJECT_SAMPLE
-from nnix.agent.runner import Exited, Metrics, Output, Started, TrialSpec
+from nnix.model.runs import Exited, Metrics, Output, Started, TrialSpec
 
 PROTOCOL = 1
 

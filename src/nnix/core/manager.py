@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 from nnix.agent.channel import REJECT_SAMPLE, metric_problem
 from nnix.agent.reason import exit_reason
-from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.assessors.base import AssessedHistory, Assessor, AssessorContext, Decision
 from nnix.config import AlgorithmConfig, ExperimentConfig
 from nnix.core.manager_error import apply_manager_error, clear_manager_error, write_manager_error
@@ -56,6 +55,7 @@ from nnix.model.events import (
     TrialWarning,
 )
 from nnix.model.imported import record_problem, validate_import
+from nnix.model.runs import Exited, Metrics, Requeued, RunnerEvent, TrialSpec
 from nnix.model.status import CancelReason, ExperimentStatus, MetricType, TrialStatus
 from nnix.model.trials import Direction, TrialRecord
 from nnix.services.base import TakesDemand, TrainingService

@@ -1,7 +1,7 @@
 """The training-service protocol: services start and stop environments that run trials.
 
-The manager hands a service :class:`~nnix.agent.runner.TrialSpec` objects and receives
-:data:`~nnix.agent.runner.RunnerEvent` objects through the ``emit`` callback it gave the service.
+The manager hands a service :class:`~nnix.model.runs.TrialSpec` objects and receives
+:data:`~nnix.model.runs.RunnerEvent` objects through the ``emit`` callback it gave the service.
 
 Invariants (every service):
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
-from nnix.agent.runner import RunnerEvent, Started, TrialSpec
+from nnix.model.runs import RunnerEvent, Started, TrialSpec
 
 if TYPE_CHECKING:
     from nnix.config import ExperimentConfig

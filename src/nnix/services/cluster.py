@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from nnix.agent.protocol import Heartbeat, Hello
-from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
+from nnix.model.runs import Exited, RunnerEvent, Started, TrialSpec
 from nnix.services.agent_server import AgentServer
 from nnix.services.base import CapacityChanged, Configured, Emit, LeftTrial, ServiceContext
 from nnix.services.fleet import RECORD, AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed, write_private

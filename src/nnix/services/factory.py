@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nnix.agent.runner import RunnerEvent
 from nnix.errors import TunerError
+from nnix.model.runs import RunnerEvent
 from nnix.registry import entry_point_group
 from nnix.services.base import ServiceContext, TrainingService
 

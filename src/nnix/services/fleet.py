@@ -42,8 +42,9 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar
 
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill, Message, Run, Shutdown
 from nnix.agent.reason import exit_reason
-from nnix.agent.runner import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec, committed
+from nnix.agent.runner import committed
 from nnix.errors import ServiceUnavailableError
+from nnix.model.runs import Exited, Metrics, Output, Requeued, RunnerEvent, Started, TrialSpec
 from nnix.services.agent_server import AgentServer, Endpoint
 from nnix.services.health import HostHealth
 from nnix.services.mirror import OutputMirror

@@ -5,7 +5,7 @@ environments in :mod:`nnix.services.cluster`).
 The rules (a "host" is an SSH machine, or a cluster engine as a whole):
 
 * a trial whose agent did not start it in time (or whose host went away before it started) goes back to the
-  queue: the service emits :class:`~nnix.agent.runner.Requeued` with the reason. It never ran, so there is
+  queue: the service emits :class:`~nnix.model.runs.Requeued` with the reason. It never ran, so there is
   nothing to fail, whatever ``lostHostPolicy`` says (that policy is about trials that were running);
 * the host is *failing* from then on and gets no trial for a backoff: ``backoff_min`` seconds, doubled for each
   failure in a row, at most ``backoff_max``. A host that is unreachable or lost is failing until it is back.

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from nnix.agent.protocol import Attach, Heartbeat, Hello, Kill
-from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import GpuUnavailableError, ServiceError
+from nnix.model.runs import Exited, RunnerEvent, Started, TrialSpec
 from nnix.services.agent_server import AgentServer
 from nnix.services.fleet import AgentOptions, Fleet, FleetEnv, FleetTrial, StartFailed
 from nnix.services.gpu import GpuInfo, GpuScheduler

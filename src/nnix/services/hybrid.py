@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from nnix.agent.runner import Exited, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError, ServiceUnavailableError
+from nnix.model.runs import Exited, RunnerEvent, Started, TrialSpec
 from nnix.services.base import Configured, Emit, ServiceContext, TakesDemand, TrainingService
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
+from nnix.model.runs import TrialSpec
 
 __all__ = ["Admits", "EnvRequest", "EnvStatus", "Host", "HostError", "HostLauncher", "Launcher", "LostPolicy",
            "MultiTrial", "Reclaiming", "SharesFiles"]

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from nnix.agent.commands import TrialCommands
 from nnix.agent.protocol import Attach, Kill, Run
-from nnix.agent.runner import Exited, Paced, RunnerEvent, Started, TrialRunner, TrialSpec
+from nnix.agent.runner import Paced, TrialRunner
+from nnix.model.runs import Exited, RunnerEvent, Started, TrialSpec
 from nnix.services.base import Configured, Emit, ServiceContext
 from nnix.services.gpu import GpuInventory, GpuScheduler, NvmlInventory
 

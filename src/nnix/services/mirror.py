@@ -1,7 +1,7 @@
 """The manager's copy of the stdout/stderr of trials that run where the manager cannot read files (SSH
 workers, engines without shared storage).
 
-Agents stream each trial's ``trial.stdout`` / ``trial.stderr`` as :class:`~nnix.agent.runner.Output`
+Agents stream each trial's ``trial.stdout`` / ``trial.stderr`` as :class:`~nnix.model.runs.Output`
 chunks at byte offsets; a service hands them to :meth:`OutputMirror.write`, which writes each at its
 offset into ``<experiment dir>/trials/<trial id>/``, so a chunk sent twice (after a reconnect or a
 re-attach) changes nothing. Readers find a trial's files with :func:`nnix.home.trial_files_dir`: the
@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from nnix.agent.runner import Output
+from nnix.model.runs import Output
 
 __all__ = ["OutputMirror", "mirror_dir"]
 

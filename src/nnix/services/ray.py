@@ -64,8 +64,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
+from nnix.model.runs import TrialSpec
 from nnix.services import rayguardian, rayhead
 from nnix.services.base import Emit, ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus

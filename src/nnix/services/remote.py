@@ -61,8 +61,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from nnix.agent.runner import RunnerEvent
 from nnix.errors import ServiceError
+from nnix.model.runs import RunnerEvent
 from nnix.services.base import Emit, LeftTrial, ServiceContext
 from nnix.services.cluster import ClusterService
 from nnix.services.fleet import AgentOptions

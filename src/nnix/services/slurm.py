@@ -46,8 +46,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
+from nnix.model.runs import TrialSpec
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
 

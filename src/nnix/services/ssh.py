@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import asyncssh
 
-from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
+from nnix.model.runs import TrialSpec
 from nnix.services.launcher import EnvRequest, EnvStatus, HostError
 from nnix.services.packing import CodeArchive, build_wheels, pack_code
 from nnix.version import __version__

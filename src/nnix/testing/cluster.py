@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from nnix.agent.runner import TrialSpec
 from nnix.errors import ServiceError
+from nnix.model.runs import TrialSpec
 from nnix.services.base import ServiceContext
 from nnix.services.cluster import ClusterService, EnvRequest, EnvStatus
 from nnix.services.rayhead import descendants

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nnix.agent.runner import Exited, Metrics, Requeued, RunnerEvent, Started, TrialSpec
 from nnix.errors import ServiceError
+from nnix.model.runs import Exited, Metrics, Requeued, RunnerEvent, Started, TrialSpec
 
 __all__ = ["FAKE_PID_BASE", "FakeMachine", "FakeService", "Outcome", "params", "sequence_id"]
 

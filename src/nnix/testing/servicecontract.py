@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from nnix.agent.runner import Exited, Metrics, RunnerEvent, Started, TrialSpec
+from nnix.model.runs import Exited, Metrics, RunnerEvent, Started, TrialSpec
 from nnix.services.base import ServiceContext, TrainingService
 from nnix.testing.fakeservice import FakeMachine, FakeService, Outcome
 from nnix.testing.waiting import wait_until_async
