@@ -38,6 +38,7 @@ from nnix.limits import MAX_FILE_BYTES, MAX_REQUEST_BYTES
 from nnix.model.events import StatusChanged
 from nnix.model.imported import EXAMPLE, validate_import
 from nnix.model.status import ExperimentStatus
+from nnix.query import Query as Query  # (the CLI's reads of a state: counts, ids, a trial, without building them)
 from nnix.store.sqlite import SqliteStore
 
 TYPE_CHECKING = False

@@ -134,9 +134,8 @@ def experiment_show(experiment_id: str | None) -> None:
 
 def experiment_status(experiment_id: str | None, as_json: bool) -> None:
     """`nnix experiment status`."""
-    from collections import Counter
 
-    from nnix.client import manager_alive, shown_status
+    from nnix.client import Query, manager_alive, shown_status
     from nnix.host.progress import summary_line
 
     eid, st = state_of(experiment_id)
@@ -149,7 +148,7 @@ def experiment_status(experiment_id: str | None, as_json: bool) -> None:
             "id": eid, "status": status, "message": st.message, "errors": st.errors,
             "manager": {"alive": alive, "pid": st.manager_pid if alive else None,
                         "port": st.manager_port if alive else None},
-            "trials": dict(Counter(t.status.value for t in st.trials.values())),
+            "trials": {k: n for k, n in Query(st).counts().items() if n},
             "best": None if best is None else {"trialJobId": best.trial_id, "sequenceId": best.sequence_id,
                                                "value": best.final_value, "parameters": best.params},
             "optimizeMode": st.direction, "elapsed": round(st.elapsed(now), 1),
@@ -409,7 +408,7 @@ def top(interval: float) -> None:
     from rich.live import Live
     from rich.table import Table
 
-    from nnix.client import active_experiments
+    from nnix.client import Query, active_experiments
     from nnix.host.progress import summary_line
 
     def render() -> Group:
@@ -418,7 +417,8 @@ def top(interval: float) -> None:
             table = Table(title=f"{eid}  {summary_line(st, time.time())}")
             for col in ("trial", "status", "start", "end", "final"):
                 table.add_column(col)
-            for t in list(st.trials.values())[-20:]:
+            q = Query(st)
+            for t in (x for x in map(q.peek, q.ids()[-20:]) if x is not None):  # (the last 20: no other read)
                 f = t.final
                 table.add_row(t.trial_id, t.status.value, fmt_time(t.started_at), fmt_time(t.ended_at),
                               "-" if f is None else json.dumps(f.value))
