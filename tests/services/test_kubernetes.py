@@ -33,7 +33,14 @@ from nnix.services.kubernetes import (
 )
 from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
-from nnix.testing.killpoints import Chain, audited, chain_experiment, errors_logged, leftover_processes, settled
+from nnix.testing.killpoints import (
+    Chain,
+    assert_stopped_with_its_running_trials_canceled,
+    chain_experiment,
+    kill_at_every_point_and_resume,
+    leftover_processes,
+    settled,
+)
 from nnix.testing.kube import FakeOperators, KubeLab
 from nnix.testing.spaces import UNIT as SPACE
 
@@ -509,18 +516,8 @@ def test_a_manager_killed_at_each_point_is_resumed_on_kubernetes(tmp_path: Path,
     but before its name was recorded, at its agent's hello, while trials run, just after one ended; each time
     resumed. Every trial succeeds, every metric once, no ERROR, no Job, pod or Secret of the experiment left."""
     chain = _chain(tmp_path, reuse=False)
-    chain.kill_at("create", "submit")
-    for point in ("submitted", "hello", "running", "ended"):
-        chain.kill_at("resume", point)
-    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
-    st = read_state(chain.exp_dir)
-    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4, [t.message for t in
-                                                                                   st.trials.values()]
-    a = audited(chain.exp_dir, METRICS)
-    assert a.ok and not a.irregular, a
-    assert errors_logged(chain.exp_dir) == []
+    kill_at_every_point_and_resume(chain, METRICS)
     assert settled(lambda: kube_lab.experiment_objects(chain.exp_id)) == {}
-    assert settled(lambda: leftover_processes(chain.exp_id)) == []
 
 
 @pytest.mark.parametrize("verb", ["stop", "delete"])
@@ -538,7 +535,4 @@ def test_stop_or_delete_after_a_kill_deletes_every_object(tmp_path: Path, kube_l
     assert settled(lambda: kube_lab.experiment_objects(chain.exp_id)) == {}
     assert settled(lambda: leftover_processes(chain.exp_id)) == []
     if verb == "stop":
-        st = read_state(chain.exp_dir)
-        assert st.status is ExperimentStatus.STOPPED
-        assert any(t.status is TrialStatus.USER_CANCELED for t in st.trials.values())
-        assert not any(t.status is TrialStatus.RUNNING for t in st.trials.values())
+        assert_stopped_with_its_running_trials_canceled(chain.exp_dir)

@@ -31,7 +31,16 @@ from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.ray import RayLauncher, describe_exit, describe_ray_error
 from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, run_experiment
-from nnix.testing.killpoints import Chain, audited, chain_experiment, errors_logged, leftover_processes, settled
+from nnix.testing.killpoints import (
+    Chain,
+    assert_stopped_with_its_running_trials_canceled,
+    audited,
+    chain_experiment,
+    errors_logged,
+    kill_at_every_point_and_resume,
+    leftover_processes,
+    settled,
+)
 from nnix.testing.ray import PrivateHeads, RayLab, RayNetnsLab, netns_unavailable
 from nnix.testing.spaces import UNIT as SPACE
 
@@ -679,17 +688,7 @@ def _chain(tmp_path: Path, service: dict[str, Any]) -> Chain:
 
 
 def _kill_chain_and_resume(chain: Chain) -> None:
-    chain.kill_at("create", "submit")
-    for point in ("submitted", "hello", "running", "ended"):
-        chain.kill_at("resume", point)
-    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
-    st = read_state(chain.exp_dir)
-    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4, [t.message for t in
-                                                                                   st.trials.values()]
-    a = audited(chain.exp_dir, METRICS)
-    assert a.ok and not a.irregular, a
-    assert errors_logged(chain.exp_dir) == []
-    assert settled(lambda: leftover_processes(chain.exp_id)) == []
+    kill_at_every_point_and_resume(chain, METRICS)
 
 
 def test_a_manager_killed_at_each_point_is_resumed_on_a_ray_cluster(tmp_path: Path, ray_lab: RayLab) -> None:
@@ -728,10 +727,7 @@ def test_stop_or_delete_after_a_kill_ends_every_actor(tmp_path: Path, ray_lab: R
     assert ray_lab.named_actors(f"nnix-{chain.exp_id}", wait=30) == []
     assert settled(lambda: leftover_processes(chain.exp_id)) == []
     if verb == "stop":
-        st = read_state(chain.exp_dir)
-        assert st.status is ExperimentStatus.STOPPED
-        assert any(t.status is TrialStatus.USER_CANCELED for t in st.trials.values())
-        assert not any(t.status is TrialStatus.RUNNING for t in st.trials.values())
+        assert_stopped_with_its_running_trials_canceled(chain.exp_dir)
 
 
 def test_an_actor_whose_agent_start_died_with_the_manager_is_started_by_the_resumed_one(tmp_path: Path,

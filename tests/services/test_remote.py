@@ -30,7 +30,14 @@ from nnix.home import STORE_NAME, Registry, pid_alive, read_state
 from nnix.store.sqlite import SqliteStore
 from nnix.testing import wait_until
 from nnix.testing.experiments import make_experiment, manager_for, run_experiment
-from nnix.testing.killpoints import Chain, audited, chain_experiment, errors_logged, leftover_processes, settled
+from nnix.testing.killpoints import (
+    Chain,
+    assert_stopped_with_its_running_trials_canceled,
+    chain_experiment,
+    kill_at_every_point_and_resume,
+    leftover_processes,
+    settled,
+)
 from nnix.testing.spaces import UNIT as SPACE
 from nnix.testing.sshhosts import SshHost, SshLab
 
@@ -565,17 +572,7 @@ def test_a_manager_killed_at_each_point_is_resumed_on_ssh_hosts(tmp_path: Path, 
     at its hello, while trials run, just after one ended; each time resumed. Every trial succeeds, every metric
     once, no ERROR, no agent or trial process of the experiment left on the hosts."""
     chain = _chain(tmp_path, ssh_lab)
-    chain.kill_at("create", "submit")
-    for point in ("submitted", "hello", "running", "ended"):
-        chain.kill_at("resume", point)
-    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
-    st = read_state(chain.exp_dir)
-    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4, [t.message for t in
-                                                                                   st.trials.values()]
-    a = audited(chain.exp_dir, METRICS, remote=True)
-    assert a.ok and not a.irregular, a
-    assert errors_logged(chain.exp_dir) == []
-    assert settled(lambda: leftover_processes(chain.exp_id), 60) == []
+    kill_at_every_point_and_resume(chain, METRICS, remote=True)
 
 
 @pytest.mark.parametrize("verb", ["stop", "delete"])
@@ -588,10 +585,7 @@ def test_stop_or_delete_after_a_kill_ends_the_agents_and_trials(tmp_path: Path, 
     assert "killed 1 agent(s)" in res.stdout and "trial(s)" in res.stdout, res.stdout
     assert settled(lambda: leftover_processes(chain.exp_id)) == []
     if verb == "stop":
-        st = read_state(chain.exp_dir)
-        assert st.status is ExperimentStatus.STOPPED
-        assert any(t.status is TrialStatus.USER_CANCELED for t in st.trials.values())
-        assert not any(t.status is TrialStatus.RUNNING for t in st.trials.values())
+        assert_stopped_with_its_running_trials_canceled(chain.exp_dir)
 
 
 def test_an_agent_left_on_a_lost_host_is_listed_by_platform_clean_and_ended_by_stop(tmp_path: Path,

@@ -31,7 +31,13 @@ from nnix.services.cluster import EnvRequest, EnvStatus
 from nnix.services.slurm import SlurmLauncher, describe_state, job_script
 from nnix.testing import wait_until
 from nnix.testing.experiments import detach_when, make_experiment, run_experiment
-from nnix.testing.killpoints import Chain, audited, chain_experiment, errors_logged, leftover_processes, settled
+from nnix.testing.killpoints import (
+    Chain,
+    chain_experiment,
+    kill_at_every_point_and_resume,
+    leftover_processes,
+    settled,
+)
 from nnix.testing.slurm import SlurmLab
 from nnix.testing.spaces import UNIT as SPACE
 
@@ -570,18 +576,8 @@ def test_a_manager_killed_at_each_point_of_an_environment_s_life_is_resumed(tmp_
     trial succeeds, every metric is recorded once, nothing is logged as an ERROR (an environment that ended while no
     manager ran is no failed start), and no job or process of the experiment is left."""
     chain = _chain(tmp_path, reuse=False)
-    chain.kill_at("create", "submit")
-    for point in ("submitted", "hello", "running", "ended"):
-        chain.kill_at("resume", point)
-    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
-    st = read_state(chain.exp_dir)
-    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * 4, [t.message for t in
-                                                                                   st.trials.values()]
-    a = audited(chain.exp_dir, METRICS)
-    assert a.ok and not a.irregular, a
-    assert errors_logged(chain.exp_dir) == []
+    kill_at_every_point_and_resume(chain, METRICS)
     assert settled(lambda: _live_jobs(lab, chain.exp_id)) == []
-    assert settled(lambda: leftover_processes(chain.exp_id)) == []
 
 
 @pytest.mark.parametrize("verb", ["stop", "delete"])

@@ -271,3 +271,33 @@ def audited(exp_dir: Path, metrics: int, remote: bool = False) -> Audit:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+KILL_POINTS = ("submitted", "hello", "running", "ended")  # where a resumed manager is killed again (after "submit")
+
+
+def kill_at_every_point_and_resume(chain: Chain, metrics: int, trials: int = 4, remote: bool = False,
+                                   leftovers_wait: float = 30.0) -> None:
+    """The kill chain every engine's lab runs: kill -9 the creating manager before its first submit, then each
+    resumed one at every point of :data:`KILL_POINTS`, then resume to the end. Asserts what a user is promised: DONE,
+    every trial SUCCEEDED, every metric recorded once, nothing logged as an ERROR, no process of the experiment left
+    here (what is left on the engine itself the caller checks)."""
+    chain.kill_at("create", "submit")
+    for point in KILL_POINTS:
+        chain.kill_at("resume", point)
+    assert chain.finish() is ExperimentStatus.DONE, chain.log_tail()
+    st = read_state(chain.exp_dir)
+    assert [t.status for t in st.trials.values()] == [TrialStatus.SUCCEEDED] * trials, [
+        t.message for t in st.trials.values()]
+    a = audited(chain.exp_dir, metrics, remote=remote)
+    assert a.ok and not a.irregular, a
+    assert errors_logged(chain.exp_dir) == []
+    assert settled(lambda: leftover_processes(chain.exp_id), leftovers_wait) == []
+
+
+def assert_stopped_with_its_running_trials_canceled(exp_dir: Path) -> None:
+    """What `nnix stop` of a killed manager's experiment records: STOPPED, the trials it showed RUNNING canceled."""
+    st = read_state(exp_dir)
+    assert st.status is ExperimentStatus.STOPPED
+    assert any(t.status is TrialStatus.USER_CANCELED for t in st.trials.values())
+    assert not any(t.status is TrialStatus.RUNNING for t in st.trials.values())
