@@ -5,7 +5,6 @@ nothing left behind), never a traceback; and the temporary files of a killed sav
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -14,7 +13,6 @@ import subprocess
 import sys
 import warnings
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from nnix import archive, limits
 from nnix.archive import MANIFEST, STORE_MEMBER, ArchiveError, load, save
 from nnix.home import Registry
 from nnix.testing.experiments import make_experiment
+from nnix.testing.faults import small_tmpfs
 from nnix.testing.spaces import UNIT
 
 MiB = 1024 * 1024
@@ -167,25 +166,10 @@ class _Chunks:
         return self.chunks.pop(0) if self.chunks else b""
 
 
-@contextlib.contextmanager
-def small_disk(where: Path, size: str) -> Iterator[Path]:
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("FULL-DISK TEST SKIPPED: needs root to mount a small tmpfs (not root here)")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"FULL-DISK TEST SKIPPED: mount -t tmpfs is not permitted here: {r.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
 def test_a_disk_that_fills_while_extracting_names_the_file_and_the_room(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     path = _zip(tmp_path / "a.zip", [("experiment/log/big", _noise(3 * MiB)), (STORE_MEMBER, b"x")])
-    with small_disk(tmp_path / "disk", "1m") as disk:
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
         monkeypatch.setattr(archive, "_check_room", lambda needs: None)  # (as if the disk filled meanwhile)
         (tmp_path / "code").mkdir()
         with pytest.raises(ArchiveError) as e:
@@ -199,7 +183,7 @@ def test_a_disk_that_fills_while_extracting_names_the_file_and_the_room(tmp_path
 
 def test_a_disk_too_small_is_refused_by_the_cli_without_a_traceback(tmp_path: Path) -> None:
     path = _zip(tmp_path / "a.zip", [("experiment/log/big", _noise(3 * MiB)), (STORE_MEMBER, b"x")])
-    with small_disk(tmp_path / "disk", "1m") as disk:
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
         (tmp_path / "code").mkdir()
         r = subprocess.run([*NNIX, "experiment", "load", "-p", str(path), "-c", str(tmp_path / "code"),
                             "-l", str(disk / "root")], capture_output=True, text=True, timeout=60)
@@ -219,7 +203,7 @@ def test_a_duplicate_member_through_the_cli_is_a_clear_error(tmp_path: Path) -> 
 def test_a_disk_that_fills_while_saving_names_the_file(tmp_path: Path) -> None:
     exp_id, d = make_experiment(tmp_path, searchSpace=UNIT, trialCommand="true")
     (d / "log" / "big").write_bytes(_noise(3 * MiB))
-    with small_disk(tmp_path / "disk", "1m") as disk:
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
         with pytest.raises(ArchiveError) as e:
             save(exp_id, d, disk, None)
         assert e.value.message.startswith(f"the disk holding {disk}/.nnix_experiment_{exp_id}.zip."), e.value.message

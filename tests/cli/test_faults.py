@@ -4,16 +4,13 @@ skipped loudly otherwise), and damaged stores (a clear error naming the file, no
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import re
 import shutil
-import subprocess
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +27,7 @@ from nnix.testing.faults import (
     fast_reporting_config,
     kill_rounds,
     nnix,
+    small_tmpfs,
 )
 
 ROUNDS = 6  # bench/faults.py runs more
@@ -98,21 +96,6 @@ def test_kill_9_mid_group_commit_keeps_every_acknowledged_metric(tmp_path: Path)
 
 
 # --- a full disk ----------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("FULL-DISK FAULT TEST SKIPPED: needs root to mount a small tmpfs (not root here)")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"FULL-DISK FAULT TEST SKIPPED: mount -t tmpfs is not permitted here: {r.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 def fill(path: Path) -> None:

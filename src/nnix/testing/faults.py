@@ -5,6 +5,7 @@ lacks is lost, what the store holds twice is duplicated."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,22 @@ def audit(exp_dir: Path, metrics: int | None = None, locate: Callable[[str], Pat
             if seqs != list(range(metrics)) or finals != 1:
                 a.irregular.append(t.trial_id)
     return a
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A file system of ``size`` (tmpfs: ``16m``, ``1m``) mounted at ``where`` (made here) for a full-disk test,
+    unmounted after. Needs root and a mount the machine permits: else the test is skipped, loudly."""
+    import pytest
+
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("FULL-DISK TEST SKIPPED: needs root to mount a small tmpfs (not root here)")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"FULL-DISK TEST SKIPPED: mount -t tmpfs is not permitted here: {r.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
